@@ -1,0 +1,85 @@
+"""The ``nuna`` command line: a thin layer that parses options, calls the library and prints.
+
+Each command group lives in its own module and registers itself on :data:`app` through a
+``register(app)`` function; :func:`run` turns library errors into one line on stderr.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+
+import typer
+
+from nuna import __version__
+from nuna.cli import plan_cmds, sim_cmds, topology_cmds
+from nuna.errors import NunaError
+
+_Abort = typer.Abort
+try:  # recent typer vendors click; older versions raise the click package's exceptions
+    from typer._click.exceptions import UsageError as _ClickUsageError
+except ImportError:  # pragma: no cover - depends on the installed typer
+    from click.exceptions import UsageError as _ClickUsageError  # type: ignore[assignment,no-redef]
+
+app = typer.Typer(
+    name="nuna",
+    help="Simulate non-uniform network access (NUNA) in multi-die GPU scale-up systems.",
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    no_args_is_help=True,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"nuna {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
+    """nuna: replay MSCCL collective plans on a modelled multi-die GPU pod."""
+
+
+plan_cmds.register(app)
+topology_cmds.register(app)
+sim_cmds.register(app)
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI on ``argv`` and return the exit status (0 ok, 1 error, 2 usage)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        result = app(args=args, prog_name="nuna", standalone_mode=False)
+    except _ClickUsageError as err:
+        where = err.ctx.command_path if err.ctx is not None else "nuna"
+        if not err.format_message():  # bare 'nuna': the help text was already shown
+            return 2
+        print(f"nuna: usage error: {err.format_message()} (see '{where} --help')", file=sys.stderr)
+        return 2
+    except _Abort:
+        print("nuna: aborted", file=sys.stderr)
+        return 130
+    except NunaError as err:
+        print(f"nuna: error: {err}", file=sys.stderr)
+        return 1
+    except OSError as err:
+        print(f"nuna: error: {err.strerror or err}: {err.filename or ''}".rstrip(": "), file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("nuna: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:  # a bug, not bad input: one line, the traceback on request
+        if os.environ.get("NUNA_DEBUG"):
+            raise
+        print(f"nuna: internal error: {type(err).__name__}: {err} (set NUNA_DEBUG=1 for a traceback)", file=sys.stderr)
+        return 3
+    return int(result) if isinstance(result, int) else 0
+
+
+def main() -> None:
+    """Console-script entry point."""
+    sys.exit(run())

@@ -1,0 +1,1 @@
+"""Experiments: sweeps and the paper's figures, built on the simulator and passes."""

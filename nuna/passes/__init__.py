@@ -1,0 +1,1 @@
+"""Plan-rewriting passes (UA, NUMA, NAP, NAP*, NAR) and named configurations."""

@@ -1,0 +1,52 @@
+"""Unit parsing and formatting, converted once at the boundary.
+
+Sizes accept decimal suffixes (``kB``, ``MB``, ``GB``, ``TB``: powers of 10) and binary ones
+(``KiB``, ``MiB``, ``GiB``: powers of 2); a bare number is bytes. Internally every size is an
+``int`` number of bytes and every time a ``float`` of nanoseconds.
+"""
+
+from __future__ import annotations
+
+import re
+
+from nuna.errors import UsageError
+
+_SIZE_UNITS: dict[str, int] = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
+
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_size(text: str) -> int:
+    """Parse ``'100kB'``, ``'1MiB'``, ``'4096'`` into bytes; raise ``UsageError`` otherwise."""
+    m = _SIZE_RE.match(text)
+    if m is None:
+        raise UsageError(f"invalid size {text!r}: expected a number with an optional unit like 100kB or 1MiB")
+    number, unit = m.groups()
+    scale = _SIZE_UNITS.get(unit.lower())
+    if scale is None:
+        raise UsageError(f"invalid size {text!r}: unknown unit {unit!r} (use B, kB, MB, GB, KiB, MiB, GiB)")
+    value = float(number) * scale
+    if value != int(value):
+        raise UsageError(f"invalid size {text!r}: not a whole number of bytes")
+    if value <= 0:
+        raise UsageError(f"invalid size {text!r}: must be positive")
+    return int(value)
+
+
+def format_size(size_bytes: int) -> str:
+    """Human form of a byte count with decimal units, exact where possible (``1000000 -> '1MB'``)."""
+    for unit, scale in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if size_bytes >= scale and size_bytes % scale == 0:
+            return f"{size_bytes // scale}{unit}"
+    return f"{size_bytes}B"

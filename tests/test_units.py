@@ -1,0 +1,30 @@
+"""Size parsing: decimal and binary units, and clean errors."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from nuna.errors import UsageError
+from nuna.units import format_size, parse_size
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("100kB", 100_000), ("1MB", 10**6), ("1GB", 10**9), ("1KiB", 1024), ("2MiB", 2 * 2**20),
+     ("1GiB", 2**30), ("4096", 4096), ("1.5kB", 1500), ("7B", 7)],
+)
+def test_parse_size(text: str, expected: int) -> None:
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "abc", "1XB", "-1MB", "0", "1.0001kB", "1 2MB"])
+def test_parse_size_rejects(text: str) -> None:
+    with pytest.raises(UsageError):
+        parse_size(text)
+
+
+@given(st.integers(min_value=1, max_value=10**13))
+def test_format_parse_roundtrip(n: int) -> None:
+    assert parse_size(format_size(n)) == n
