@@ -1,0 +1,194 @@
+"""The plan IR: immutable, value-comparable records of an MSCCL collective plan.
+
+Mirrors the XML one to one (``../shared/reference/msccl-xml.md`` §3) so that
+``load(dump(p)) == p``: enums carry the XML codes as values, ``-1`` sentinels become ``None``
+at the parser boundary, sequences are tuples. Placement annotations written by the passes
+(:class:`Placement`) travel with the plan and are emitted in their own XML namespace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class Buffer(str, Enum):
+    """Buffer kinds; values are the XML ``srcbuf``/``dstbuf`` codes."""
+
+    INPUT = "i"
+    OUTPUT = "o"
+    SCRATCH = "s"
+
+
+class StepType(str, Enum):
+    """Step types; values are the XML ``type`` codes (reference §5)."""
+
+    SEND = "s"
+    RECV = "r"
+    RECV_COPY_SEND = "rcs"
+    RECV_REDUCE_COPY = "rrc"
+    RECV_REDUCE_SEND = "rrs"
+    RECV_REDUCE_COPY_SEND = "rrcs"
+    COPY = "cpy"
+    REDUCE = "re"
+    NOP = "nop"
+
+    @property
+    def sends(self) -> bool:
+        """True for steps that are the send end of a connection (use the tb's ``send`` peer)."""
+        return self in _SENDING
+
+    @property
+    def receives(self) -> bool:
+        """True for steps that are the receive end of a connection (use the tb's ``recv`` peer)."""
+        return self in _RECEIVING
+
+    @property
+    def reduces(self) -> bool:
+        """True for steps that combine two operands with the reduction operator."""
+        return self in _REDUCING
+
+
+_SENDING = frozenset({StepType.SEND, StepType.RECV_COPY_SEND, StepType.RECV_REDUCE_SEND,
+                      StepType.RECV_REDUCE_COPY_SEND})
+_RECEIVING = frozenset({StepType.RECV, StepType.RECV_COPY_SEND, StepType.RECV_REDUCE_COPY,
+                        StepType.RECV_REDUCE_SEND, StepType.RECV_REDUCE_COPY_SEND})
+_REDUCING = frozenset({StepType.RECV_REDUCE_COPY, StepType.RECV_REDUCE_SEND,
+                       StepType.RECV_REDUCE_COPY_SEND, StepType.REDUCE})
+
+
+class Collective(str, Enum):
+    """Collectives; values are the canonical ``coll`` codes (``reduce_scatter`` is read as
+    :attr:`REDUCESCATTER`, and :attr:`Algo.coll_spelling` keeps the file's spelling)."""
+
+    ALLGATHER = "allgather"
+    ALLREDUCE = "allreduce"
+    REDUCESCATTER = "reducescatter"
+    ALLTOALL = "alltoall"
+    BROADCAST = "broadcast"
+    REDUCE = "reduce"
+    CUSTOM = "custom"
+
+
+class Protocol(str, Enum):
+    """NCCL protocols; values are the XML ``proto`` codes."""
+
+    SIMPLE = "Simple"
+    LL = "LL"
+    LL128 = "LL128"
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One ``<step>``. ``index`` is the ``s`` attribute; ``None`` replaces ``-1`` offsets and
+    dependencies. ``src_*``/``dst_*`` follow the XML, including its descriptive remote fields
+    (reference §5: on ``s`` the dst names where data lands on the peer)."""
+
+    index: int
+    type: StepType
+    src_buffer: Buffer | None
+    src_offset: int | None
+    dst_buffer: Buffer | None
+    dst_offset: int | None
+    count: int
+    depend_tb: int | None = None
+    depend_step: int | None = None
+    has_dependent: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Threadblock:
+    """One ``<tb>``: a sequential program on one CU with at most one send and one receive peer."""
+
+    id: int
+    send_peer: int | None
+    recv_peer: int | None
+    channel: int
+    steps: tuple[Step, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Gpu:
+    """One ``<gpu>`` (rank) with its buffer sizes in chunks and its threadblocks."""
+
+    id: int
+    input_chunks: int
+    output_chunks: int
+    scratch_chunks: int
+    threadblocks: tuple[Threadblock, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TbPlacement:
+    """Threadblock ``tb`` of ``gpu`` runs on compute unit ``cu`` (index into the chip's CUs)."""
+
+    gpu: int
+    tb: int
+    cu: int
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkPlacement:
+    """Chunk ``chunk`` of ``buffer`` on ``gpu`` prefers HBM stack ``stack``.
+
+    Pages are realised from these at simulation time (4 KiB pages; the first chunk that
+    touches a page fixes its stack, in the order the placements are listed: first come,
+    first served, paper §4.2.2), so the annotation is valid for any collective size.
+    """
+
+    gpu: int
+    buffer: Buffer
+    chunk: int
+    stack: int
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Annotations the passes add; the empty default means baseline (UA) everywhere.
+
+    ``nar_granularity`` ``None`` means baseline address hashing over all I/O ports; ``G`` means
+    the plan's buffers live in the NAR segment of granularity ``G`` (paper §4.1). Chunks without
+    a :class:`ChunkPlacement` and threadblocks without a :class:`TbPlacement` use the baseline
+    policies. ``config`` and ``size_bytes`` record provenance (which configuration produced it,
+    for which collective size).
+    """
+
+    nar_granularity: int | None = None
+    threadblocks: tuple[TbPlacement, ...] = ()
+    chunks: tuple[ChunkPlacement, ...] = ()
+    config: str | None = None
+    size_bytes: int | None = None
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.nar_granularity is None and not self.threadblocks and not self.chunks
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """An immutable collective plan (``<algo>``). Passes return new plans; nothing mutates one.
+
+    ``outofplace``, ``min_bytes`` and ``max_bytes`` are always set: the reader fills the
+    reference's defaults (``!inplace``, 0, 0 = unlimited) and records in ``defaulted`` which
+    attributes were absent, so the writer reproduces the file's header faithfully.
+    """
+
+    name: str
+    protocol: Protocol
+    nchannels: int
+    nchunksperloop: int
+    ngpus: int
+    collective: Collective
+    inplace: bool
+    outofplace: bool
+    min_bytes: int
+    max_bytes: int
+    gpus: tuple[Gpu, ...]
+    coll_spelling: str | None = None
+    defaulted: frozenset[str] = frozenset()
+    placement: Placement = field(default_factory=Placement)
+
+    @property
+    def coll_xml(self) -> str:
+        """The ``coll`` attribute as written to XML (the file's own spelling when read)."""
+        return self.coll_spelling if self.coll_spelling is not None else self.collective.value
