@@ -13,14 +13,14 @@ from collections.abc import Sequence
 import typer
 
 from nuna import __version__
-from nuna.cli import plan_cmds, sim_cmds, topology_cmds
+from nuna.cli import generate_cmds, plan_cmds, sim_cmds, sweep_cmds, topology_cmds
 from nuna.errors import NunaError
 
 _Abort = typer.Abort
 try:  # recent typer vendors click; older versions raise the click package's exceptions
     from typer._click.exceptions import UsageError as _ClickUsageError
 except ImportError:  # pragma: no cover - depends on the installed typer
-    from click.exceptions import UsageError as _ClickUsageError  # type: ignore[assignment,no-redef]
+    from click.exceptions import UsageError as _ClickUsageError  # type: ignore[assignment,no-redef,unused-ignore]
 
 app = typer.Typer(
     name="nuna",
@@ -45,8 +45,10 @@ def _root(
 
 
 plan_cmds.register(app)
+generate_cmds.register(app)
 topology_cmds.register(app)
 sim_cmds.register(app)
+sweep_cmds.register(app)
 
 
 def run(argv: Sequence[str] | None = None) -> int:

@@ -1,9 +1,155 @@
-"""CLI commands of the plan layer (placeholder until its issue lands)."""
+"""CLI commands of the plan layer: ``nuna validate``, ``nuna info``, ``nuna dag``.
+
+Thin: parse options, call :mod:`nuna.plan`, print. ``validate`` checks several files and keeps
+going after a bad one; its exit status is 0 when every plan is valid and 1 otherwise. Each
+error goes to stderr as one ``nuna: error: ...`` line; results, warnings and notes go to stdout.
+"""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+from typing import Any
+
 import typer
+
+from nuna.cli.common import echo_json
+from nuna.errors import NunaError, UsageError
+from nuna.fsutil import write_atomic
+from nuna.plan.dag import build_dag, find_cycle, to_networkx
+from nuna.plan.verify import Report, defaulted_warnings, summarize, verify
+from nuna.plan.xml import load_with_source
+from nuna.units import format_size, parse_size
+
+
+def _size(text: str | None) -> int | None:
+    """``--size`` parser: a bad value is a usage error (exit 2), like any other bad option."""
+    if text is None:
+        return None
+    try:
+        return parse_size(text)
+    except UsageError as err:
+        raise typer.BadParameter(str(err)) from None
+
+
+def _err(msg: str) -> None:
+    print(f"nuna: error: {msg}", file=sys.stderr)
+
+
+def _validate_one(path: Path, strict: bool) -> tuple[Report, dict[str, Any] | None]:
+    try:
+        plan, source = load_with_source(path)
+    except NunaError as err:
+        return Report((str(err),), (), ()), None
+    report = verify(plan, strict=strict, source=source)
+    s = summarize(plan)
+    return report, {"collective": s.collective, "ngpus": s.ngpus, "threadblocks": sum(s.threadblocks_per_gpu),
+                    "steps": s.total_steps}
+
+
+def validate(
+    plans: list[Path] = typer.Argument(..., help="Plan files (MSCCL XML).", show_default=False),
+    json_out: bool = typer.Option(False, "--json", help="Print a structured report of every plan."),
+    strict: bool = typer.Option(False, "--strict", help="Treat every warning (races, executor limits, "
+                                "defaulted attributes) as an error."),
+) -> None:
+    """Check plans: structure, FIFO matching, deadlock freedom and the collective's result."""
+    results = [(path, *_validate_one(path, strict)) for path in plans]
+    all_ok = all(report.ok for _, report, _ in results)
+    if json_out:
+        echo_json({"ok": all_ok, "strict": strict,
+                   "plans": [{"path": str(path), **report.to_dict(), "summary": info}
+                             for path, report, info in results]})
+    else:
+        for path, report, info in results:
+            counts = f"{len(report.warnings)} warning{'s' * (len(report.warnings) != 1)}"
+            if report.ok and info is not None:
+                typer.echo(f"{path}: ok: {info['collective']}, {info['ngpus']} GPUs, {info['threadblocks']} "
+                           f"threadblocks, {info['steps']} steps ({counts})")
+            else:
+                typer.echo(f"{path}: invalid ({len(report.errors)} error{'s' * (len(report.errors) != 1)}, "
+                           f"{counts})")
+            for msg in report.errors:
+                _err(msg)
+            for msg in report.warnings:
+                typer.echo(f"warning: {msg}")
+            for msg in report.notes:
+                typer.echo(f"note: {msg}")
+    if not all_ok:
+        raise typer.Exit(1)
+
+
+def info(
+    plan_path: Path = typer.Argument(..., metavar="PLAN", help="Plan file (MSCCL XML).", show_default=False),
+    size: str | None = typer.Option(None, "--size", help="Collective size (100kB, 1MB, 1GiB, ...): also show "
+                                    "the bytes each GPU sends and receives."),
+    json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Summarize a plan: collective, GPUs, threadblocks, steps by type, chunks, traffic."""
+    size_bytes = _size(size)
+    plan, source = load_with_source(plan_path)
+    s = summarize(plan, size_bytes)
+    warnings = list(source.warnings) + list(defaulted_warnings(plan, source))
+    if json_out:
+        echo_json({"path": str(plan_path), **s.to_dict(), "warnings": warnings})
+        return
+    tbs = s.threadblocks_per_gpu
+    tb_text = "none" if not tbs else (str(tbs[0]) if min(tbs) == max(tbs) else f"{min(tbs)}-{max(tbs)}")
+    lines = [
+        f"plan: {s.name or '(unnamed)'} ({plan_path})",
+        f"collective: {s.collective}  protocol: {s.protocol}  inplace: {int(s.inplace)}  "
+        f"outofplace: {int(s.outofplace)}",
+        f"GPUs: {s.ngpus}  channels: {s.nchannels}  chunks per loop: {s.nchunksperloop}",
+        f"threadblocks per GPU: {tb_text} (total {sum(tbs)})",
+        f"steps: {s.total_steps} (" + ", ".join(f"{t} {n}" for t, n in s.steps_by_type) + ")",
+        "chunks per GPU (input/output/scratch): " + _chunk_text(s.chunks_per_gpu),
+        f"placement: {s.placement}",
+    ]
+    for line in lines:
+        typer.echo(line)
+    if s.size_bytes is not None and s.sent_bytes is not None and s.received_bytes is not None:
+        typer.echo(f"size: {format_size(s.size_bytes)} ({s.size_bytes} B), chunk: {s.chunk_bytes} B")
+        typer.echo(f"{'gpu':>5} {'sent_bytes':>14} {'received_bytes':>14}")
+        for g, sent, got in zip((g.id for g in plan.gpus), s.sent_bytes, s.received_bytes, strict=True):
+            typer.echo(f"{g:>5} {sent:>14} {got:>14}")
+        typer.echo(f"{'total':>5} {sum(s.sent_bytes):>14} {sum(s.received_bytes):>14}")
+    for msg in warnings:
+        typer.echo(f"warning: {msg}")
+
+
+def _chunk_text(chunks: tuple[tuple[int, int, int], ...]) -> str:
+    distinct = sorted(set(chunks))
+    if len(distinct) == 1:
+        i, o, s = distinct[0]
+        return f"{i}/{o}/{s}"
+    return ", ".join(f"{i}/{o}/{s}" for i, o, s in distinct[:4]) + (" ..." if len(distinct) > 4 else "") + \
+        " (varies)"
+
+
+def dag(
+    plan_path: Path = typer.Argument(..., metavar="PLAN", help="Plan file (MSCCL XML).", show_default=False),
+    output: Path = typer.Option(..., "-o", "--output", help="GraphML file to write.", show_default=False),
+) -> None:
+    """Export the replay DAG (steps; program, dependency and data edges) as GraphML."""
+    import networkx as nx
+
+    plan, _ = load_with_source(plan_path)
+    replay = build_dag(plan)
+    graph = to_networkx(replay)
+    kinds: dict[str, int] = {"program": 0, "dependency": 0, "data": 0}
+    for _, _, kind in graph.edges(data="kind"):
+        kinds[kind] += 1
+    write_atomic(output, "\n".join(nx.generate_graphml(graph)) + "\n")
+    typer.echo(f"wrote {output}: {graph.number_of_nodes()} nodes, {graph.number_of_edges()} edges "
+               f"({kinds['program']} program, {kinds['dependency']} dependency, {kinds['data']} data)")
+    cycle = find_cycle(replay)
+    if cycle is not None:
+        typer.echo(f"warning: the graph has a cycle through {len(cycle)} steps (the plan deadlocks); "
+                   "see 'nuna validate'")
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the root app."""
+    app.command("validate")(validate)
+    app.command("info")(info)
+    app.command("dag")(dag)

@@ -1,0 +1,237 @@
+"""Where sweep points run: a local process pool or a dask.distributed cluster.
+
+Both executors take the same :class:`Task` records and yield the same :class:`Outcome` records
+as points finish, in completion order. Workers only compute: they resolve the point function by
+name, call it, and send the result back; the driver alone writes files. That keeps the results
+consistent when a worker dies, and lets a sweep run on a cluster whose workers share no file
+system with the driver.
+
+dask is an optional dependency, imported only when the dask executor is used.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import multiprocessing
+import os
+import time
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from typing import Any
+
+from nuna.errors import NunaError, UsageError
+
+PointFunction = Callable[[dict[str, Any]], dict[str, Any]]
+
+EXECUTORS: tuple[str, ...] = ("local", "dask")
+
+#: Key of a point function's result that holds wall-clock figures; the runner stores it apart
+#: from the compared result so that result files stay comparable across runs.
+TIMING_KEY = "timing"
+
+#: Key under ``timing`` of the runner's own measure: seconds spent in the point function call.
+POINT_WALL_KEY = "point_wall_s"
+
+# Tasks in flight per worker: enough to keep workers busy between driver wake-ups, few enough
+# that an interrupted sweep does not throw away much queued work.
+_QUEUE_PER_WORKER = 2
+
+# Thread-pool sizes read by numba, OpenMP and BLAS libraries when they are first imported.
+_THREAD_VARIABLES = ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """One point to compute: its identity, the point function's name and its inputs."""
+
+    point_id: str
+    point_function: str
+    point: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What came back for a task. ``result`` (JSON data) is set when ``ok``; otherwise
+    ``error_type``/``error_message`` (and, for exceptions in the point, ``traceback``)."""
+
+    point_id: str
+    ok: bool
+    result: dict[str, Any] | None
+    timing: dict[str, Any]
+    error_type: str = ""
+    error_message: str = ""
+    traceback: str = ""
+
+
+def default_jobs() -> int:
+    """Number of cores this process may use (respects CPU affinity, e.g. in a batch job)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        return os.cpu_count() or 1
+
+
+def resolve_point_function(name: str) -> PointFunction:
+    """Import ``'package.module:function'``; raise ``UsageError`` if it cannot be found."""
+    module_name, sep, func_name = name.partition(":")
+    if not sep:
+        raise UsageError(f"point function {name!r}: expected 'package.module:function'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise UsageError(f"point function {name!r}: cannot import module {module_name!r}: {err}") from None
+    func = getattr(module, func_name, None)
+    if not callable(func):
+        raise UsageError(f"point function {name!r}: module {module_name!r} has no function {func_name!r}")
+    return func
+
+
+def execute(task: Task) -> Outcome:
+    """Run one task in a worker. Every exception of the point becomes a failed outcome, so one
+    bad point never stops a sweep; the result is checked to be JSON data here, where the
+    traceback still names the point."""
+    start = time.perf_counter()
+    try:
+        func = resolve_point_function(task.point_function)
+        # A copy: a point function that mutates its input must not change what gets recorded.
+        raw = func(dict(task.point))
+        if not isinstance(raw, dict):
+            raise TypeError(f"point function returned {type(raw).__name__}, expected a dict")
+        own_timing = raw.get(TIMING_KEY, {})
+        try:
+            # The round trip turns tuples into lists etc., so what is written is what is read.
+            result = json.loads(json.dumps({k: v for k, v in raw.items() if k != TIMING_KEY},
+                                           sort_keys=True, allow_nan=False))
+            timing = json.loads(json.dumps(own_timing, sort_keys=True, allow_nan=False))
+        except (TypeError, ValueError) as err:
+            raise TypeError(f"point function result is not JSON data: {err}") from None
+        if not isinstance(timing, dict):
+            timing = {"point": timing}
+    except Exception as err:  # any failure of the point is data, not a crash of the sweep
+        return Outcome(task.point_id, ok=False, result=None,
+                       timing={POINT_WALL_KEY: round(time.perf_counter() - start, 6)},
+                       error_type=type(err).__name__, error_message=_one_line(str(err)),
+                       traceback=traceback.format_exc())
+    timing[POINT_WALL_KEY] = round(time.perf_counter() - start, 6)
+    return Outcome(task.point_id, ok=True, result=result, timing=timing)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split()) or "(no message)"
+
+
+def run_tasks(
+    tasks: Sequence[Task],
+    *,
+    executor: str = "local",
+    jobs: int | None = None,
+    scheduler: str | None = None,
+) -> Iterator[Outcome]:
+    """Compute ``tasks`` on the chosen executor, yielding outcomes as they finish.
+
+    Closing the iterator early (the driver was interrupted) cancels the work not yet started.
+    """
+    if executor == "local":
+        return _run_local(tasks, jobs or default_jobs())
+    if executor == "dask":
+        return _run_dask(tasks, jobs, scheduler)
+    raise UsageError(f"unknown executor {executor!r}; expected one of {', '.join(EXECUTORS)}")
+
+
+def _run_local(tasks: Sequence[Task], jobs: int) -> Iterator[Outcome]:
+    if not tasks:
+        return
+    workers = max(1, min(jobs, len(tasks)))
+    # spawn, not fork: forking a driver that already runs threads (numba, tqdm's monitor) can
+    # deadlock a child, and spawn gives the same clean workers a cluster would.
+    context = multiprocessing.get_context("spawn")
+    pending = iter(tasks)
+    in_flight: set[Future[Outcome]] = set()
+    threads = max(1, default_jobs() // workers)
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_limit_threads,
+                               initargs=(threads,))
+    finished = False
+    try:
+        def refill() -> None:
+            while len(in_flight) < workers * _QUEUE_PER_WORKER:
+                task = next(pending, None)
+                if task is None:
+                    return
+                in_flight.add(pool.submit(execute, task))
+
+        refill()
+        while in_flight:
+            done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
+            for future in done:
+                in_flight.discard(future)
+                try:
+                    outcome = future.result()
+                except BrokenProcessPool:
+                    raise NunaError(
+                        "a sweep worker process died (out of memory, killed, or a script calling "
+                        "run_sweep without an 'if __name__ == \"__main__\":' guard); finished points "
+                        "are saved: run the sweep again to resume") from None
+                yield outcome
+            refill()
+        finished = True
+    finally:
+        if not finished:
+            # Interrupted: stop the points in flight now rather than wait minutes for them to end.
+            # ProcessPoolExecutor has no public way to do this before Python 3.14.
+            for process in list((getattr(pool, "_processes", None) or {}).values()):
+                process.terminate()
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _limit_threads(threads: int) -> None:
+    """Worker start-up: share the cores between workers, so that numba or BLAS thread pools in
+    every worker do not each claim all of them. A value the user set is kept."""
+    for name in _THREAD_VARIABLES:
+        os.environ.setdefault(name, str(threads))
+
+
+def _run_dask(tasks: Sequence[Task], jobs: int | None, scheduler: str | None) -> Iterator[Outcome]:
+    try:
+        from distributed import Client, LocalCluster, as_completed
+    except ImportError:
+        raise UsageError("the dask executor needs dask.distributed: "
+                         "pip install 'dask[distributed]'") from None
+    if not tasks:
+        return
+    cluster: Any = None
+    try:
+        if scheduler is None:
+            cluster = LocalCluster(n_workers=max(1, min(jobs or default_jobs(), len(tasks))),
+                                   threads_per_worker=1, processes=True, dashboard_address=None)
+            client = Client(cluster)
+        else:
+            client = Client(scheduler, timeout="10s")
+    except (OSError, TimeoutError, ValueError) as err:  # refused, timed out, malformed address
+        if cluster is not None:
+            cluster.close()
+        where = f"dask scheduler at {scheduler}" if scheduler else "a local dask cluster"
+        raise UsageError(f"cannot connect to {where}: {_one_line(str(err))}") from None
+    futures: list[Any] = []
+    try:
+        # Keys named after point ids: two sweeps sharing a scheduler compute a shared point once.
+        futures = client.map(execute, list(tasks), key=[f"nuna-point-{task.point_id}" for task in tasks],
+                             pure=False)
+        by_key = {future.key: task for future, task in zip(futures, tasks, strict=True)}
+        for future in as_completed(futures):
+            task = by_key[future.key]
+            try:
+                outcome = future.result()
+            except Exception as err:  # the worker running it died repeatedly (dask's KilledWorker)
+                outcome = Outcome(task.point_id, ok=False, result=None, timing={},
+                                  error_type=type(err).__name__, error_message=_one_line(str(err)))
+            future.release()
+            yield outcome
+    finally:
+        client.cancel(futures)
+        client.close()
+        if cluster is not None:
+            cluster.close()

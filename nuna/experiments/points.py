@@ -1,0 +1,87 @@
+"""Point functions: turn one sweep point (a plain dict of inputs) into one result dict.
+
+:func:`simulate_point` is the default point function of a sweep: generate the plan, apply the
+configuration's passes, replay it on the topology and return the simulator's JSON. The layers
+it needs are imported when a point runs, not when this module is imported, so the sweep runner
+works (and can be tested) before every layer exists; a missing layer is a clear
+:class:`~nuna.errors.SimulationError` recorded as that point's failure.
+
+Interfaces used:
+
+- ``nuna.plan.generate.generate(collective, ngpus, *, algo, tbs_per_peer) -> Plan``
+- ``nuna.topology.spec.load_topology(name_or_path) -> TopologySpec``
+- ``nuna.passes.PassContext(topology, size_bytes)`` and
+  ``nuna.passes.apply_config(plan, config, ctx, nar_granularity, *, seed) -> Plan``
+  (granularity ``None`` = the passes' heuristic, ``"auto"`` = simulated search, or ``G``)
+- ``nuna.sim.simulate(plan, topology, size_bytes, *, packet_bytes, seed[, gemm_bytes]) -> SimResult``
+  with ``SimResult.to_json() -> dict``
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from typing import Any
+
+from nuna.errors import SimulationError, UsageError
+from nuna.experiments.executors import TIMING_KEY
+from nuna.experiments.spec import HEURISTIC
+
+# Result keys that carry wall-clock figures; they go to the timing part of the result file.
+_WALL_CLOCK_KEYS = ("wall_s",)
+
+
+def _require(module_name: str, attribute: str) -> Any:
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise SimulationError(f"simulate_point needs {module_name}.{attribute}, which this nuna "
+                              f"does not provide yet ({err})") from None
+    value = getattr(module, attribute, None)
+    if value is None:
+        raise SimulationError(f"simulate_point needs {module_name}.{attribute}, which this nuna "
+                              f"does not provide yet")
+    return value
+
+
+def _granularity(point: dict[str, Any]) -> int | str | None:
+    """The point's granularity in the passes' terms (their ``None`` is the heuristic)."""
+    value = point.get("nar_granularity")
+    return None if value in (None, HEURISTIC) else value
+
+
+def simulate_point(point: dict[str, Any]) -> dict[str, Any]:
+    """Simulate one point of a sweep (keys as in :meth:`nuna.experiments.spec.Point.as_dict`).
+
+    The result is the simulator's JSON with ``wall_s`` moved under ``timing``, plus
+    ``nar_granularity_used``: the number of NAR domains the configuration ended up with
+    (``null`` without NAR).
+    """
+    generate = _require("nuna.plan.generate", "generate")
+    load_topology = _require("nuna.topology.spec", "load_topology")
+    pass_context = _require("nuna.passes", "PassContext")
+    apply_config = _require("nuna.passes", "apply_config")
+    simulate = _require("nuna.sim", "simulate")
+
+    size_bytes = int(point["size_bytes"])
+    seed = int(point["seed"])
+    topology = load_topology(point["topology"])
+    plan = generate(point["collective"], int(point["gpus"]), algo=point["algo"],
+                    tbs_per_peer=int(point["tbs_per_peer"]))
+    plan = apply_config(plan, point["config"], pass_context(topology, size_bytes), _granularity(point),
+                        seed=seed)
+
+    options: dict[str, Any] = {"packet_bytes": point["packet_bytes"], "seed": seed}
+    gemm_bytes = int(point.get("gemm_bytes", 0))
+    if gemm_bytes:
+        if "gemm_bytes" not in inspect.signature(simulate).parameters:
+            raise UsageError("this simulator cannot run a concurrent GEMM (no gemm_bytes option)")
+        options["gemm_bytes"] = gemm_bytes
+    result = simulate(plan, topology, size_bytes, **options)
+
+    payload: dict[str, Any] = dict(result.to_json())
+    timing = {key: payload.pop(key) for key in _WALL_CLOCK_KEYS if key in payload}
+    if timing:
+        payload[TIMING_KEY] = timing
+    payload["nar_granularity_used"] = plan.placement.nar_granularity
+    return payload

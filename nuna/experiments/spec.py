@@ -1,0 +1,433 @@
+"""Sweep specifications: the TOML file format, its validation, and the expansion into points.
+
+A sweep spec names a Cartesian product of simulation inputs (``[grid]``), settings shared by
+every point (``[fixed]``) and the point function that turns one point into one result
+(``[sweep]``). :func:`load_sweep_spec` validates everything up front so that a typo is one
+clear :class:`~nuna.errors.InputError` naming the file and the key, not a failure hours into a
+run. :func:`expand` turns a spec into :class:`Point` records in a documented, deterministic
+order; a point's identity (:func:`point_id`) is a hash of its inputs, the point function and the
+nuna version, so a result file can be found again by anyone who holds the same inputs.
+
+The format is documented in ``docs/sweeps.md``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import itertools
+import json
+import tomllib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from nuna import __version__
+from nuna.errors import InputError, UsageError
+from nuna.units import format_size, parse_size
+
+#: The point function used when a spec does not name one.
+DEFAULT_POINT_FUNCTION = "nuna.experiments.points:simulate_point"
+
+#: Collectives the plan generators provide (``reduce_scatter`` is accepted as a spelling).
+COLLECTIVES: tuple[str, ...] = ("allgather", "allreduce", "reducescatter", "alltoall")
+
+#: The paper's configurations (§5.3), in its order; names are matched case-insensitively.
+CONFIGS: tuple[str, ...] = ("UA", "UA+NAR", "NUMA", "NUMA+NAR", "NAP", "NAP+NAR", "NAP*", "NAP*+NAR")
+
+ALGOS: tuple[str, ...] = ("direct", "ring")
+
+#: ``packet_bytes`` value that lets the simulator pick; ``nar_granularities`` value that
+#: simulates every valid number of NAR domains and keeps the fastest (nuna.passes' ``"auto"``).
+AUTO = "auto"
+
+#: ``nar_granularities`` value (the default) for the passes' size-threshold heuristic.
+HEURISTIC = "heuristic"
+
+_SECTIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    # section: (required keys, optional keys)
+    "sweep": (frozenset(), frozenset({"name", "point_function"})),
+    "grid": (
+        frozenset({"collectives", "gpus", "sizes", "configs"}),
+        frozenset({"nar_granularities", "tbs_per_peer", "topologies", "gemm_sizes"}),
+    ),
+    "fixed": (frozenset(), frozenset({"algo", "packet_bytes", "seed"})),
+}
+
+# Far beyond the paper's 64 GPUs; catches a unit slip such as gpus = 8000000.
+_MAX_GPUS = 4096
+
+T = TypeVar("T")
+
+
+def config_uses_nar(config: str) -> bool:
+    """True for configurations that route with NAR (and so take a NAR granularity)."""
+    return config.endswith("+NAR")
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    """One simulation's inputs. :meth:`as_dict` is the plain dict handed to the point function.
+
+    ``nar_granularity`` is ``None`` for configurations without NAR, a number of NAR domains,
+    ``"heuristic"`` (the passes' size-threshold estimate) or ``"auto"`` (simulate every valid
+    number and keep the fastest). ``gemm_bytes`` is the size of each matrix
+    of the concurrent GEMM (paper §6.6), ``0`` for none. ``packet_bytes`` is a byte count or
+    ``"auto"`` (the simulator picks).
+    """
+
+    collective: str
+    gpus: int
+    size_bytes: int
+    config: str
+    nar_granularity: int | str | None
+    tbs_per_peer: int
+    topology: str
+    gemm_bytes: int
+    algo: str
+    packet_bytes: int | str
+    seed: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "algo": self.algo,
+            "collective": self.collective,
+            "config": self.config,
+            "gemm_bytes": self.gemm_bytes,
+            "gpus": self.gpus,
+            "nar_granularity": self.nar_granularity,
+            "packet_bytes": self.packet_bytes,
+            "seed": self.seed,
+            "size_bytes": self.size_bytes,
+            "tbs_per_peer": self.tbs_per_peer,
+            "topology": self.topology,
+        }
+
+    def label(self) -> str:
+        """A short human description for progress lines and failure lists."""
+        parts = [self.collective, f"{self.gpus}gpu", format_size(self.size_bytes), self.config]
+        if self.nar_granularity is not None:
+            parts.append(f"G={self.nar_granularity}")
+        parts.append(f"K={self.tbs_per_peer}")
+        if self.gemm_bytes:
+            parts.append(f"gemm={format_size(self.gemm_bytes)}")
+        parts.append(self.topology)
+        return " ".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class SweepSpec:
+    """A validated sweep: the grid's value lists (in the file's order) and the fixed settings.
+
+    ``source`` (the file the spec came from) is for messages only and takes no part in equality.
+    """
+
+    name: str
+    point_function: str
+    collectives: tuple[str, ...]
+    gpus: tuple[int, ...]
+    sizes_bytes: tuple[int, ...]
+    configs: tuple[str, ...]
+    nar_granularities: tuple[int | str, ...] = (HEURISTIC,)
+    tbs_per_peer: tuple[int, ...] = (1,)
+    topologies: tuple[str, ...] = ("nuna-4die",)
+    gemm_bytes: tuple[int, ...] = (0,)
+    algo: str = "direct"
+    packet_bytes: int | str = 256
+    seed: int = 0
+    source: str = field(default="<spec>", compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        """The normalised spec as plain JSON data (recorded in the sweep's index)."""
+        return {
+            "name": self.name,
+            "point_function": self.point_function,
+            "grid": {
+                "collectives": list(self.collectives),
+                "gpus": list(self.gpus),
+                "sizes_bytes": list(self.sizes_bytes),
+                "configs": list(self.configs),
+                "nar_granularities": list(self.nar_granularities),
+                "tbs_per_peer": list(self.tbs_per_peer),
+                "topologies": list(self.topologies),
+                "gemm_bytes": list(self.gemm_bytes),
+            },
+            "fixed": {"algo": self.algo, "packet_bytes": self.packet_bytes, "seed": self.seed},
+        }
+
+
+def canonical_json(payload: Any) -> str:
+    """Compact JSON with sorted keys: the byte form that identities are hashed from."""
+    return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def point_id(point: Mapping[str, Any], point_function: str, version: str = __version__) -> str:
+    """Identity of a point's result: a hash of its inputs, the point function and nuna's version.
+
+    Sixteen hex digits (64 bits) keep file names short; a collision within one sweep of even a
+    million points has a probability below 10^-7.
+    """
+    text = canonical_json({"nuna_version": version, "point": dict(point), "point_function": point_function})
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def expand(spec: SweepSpec) -> tuple[Point, ...]:
+    """Every point of the spec's grid, without duplicates, in a deterministic order.
+
+    Dimensions nest in this order (outermost first): topologies, collectives, gpus, sizes,
+    configs, nar_granularities, tbs_per_peer, gemm_sizes; within a dimension the file's order is
+    kept. A configuration without NAR takes no granularity, so its points are generated once
+    (with ``nar_granularity = None``) rather than once per granularity.
+    """
+    points: list[Point] = []
+    seen: set[Point] = set()
+    for topology, collective, gpus, size, config, nar, tbs, gemm in itertools.product(
+        spec.topologies, spec.collectives, spec.gpus, spec.sizes_bytes, spec.configs,
+        spec.nar_granularities, spec.tbs_per_peer, spec.gemm_bytes,
+    ):
+        point = Point(
+            collective=collective,
+            gpus=gpus,
+            size_bytes=size,
+            config=config,
+            nar_granularity=nar if config_uses_nar(config) else None,
+            tbs_per_peer=tbs,
+            topology=topology,
+            gemm_bytes=gemm,
+            algo=spec.algo,
+            packet_bytes=spec.packet_bytes,
+            seed=spec.seed,
+        )
+        if point not in seen:
+            seen.add(point)
+            points.append(point)
+    return tuple(points)
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading and validation
+
+
+def load_sweep_spec(path: str | Path) -> SweepSpec:
+    """Read and validate a sweep spec TOML file; raise ``InputError`` naming the file and key.
+
+    Topology values that look like paths (ending in ``.toml`` or containing a ``/``) are taken
+    relative to the spec file's folder and stored as absolute paths, so the spec runs from any
+    working directory.
+    """
+    source = Path(path)
+    try:
+        raw = source.read_bytes()
+    except FileNotFoundError:
+        raise InputError(f"{source}: no such sweep spec file") from None
+    except OSError as err:
+        raise InputError(f"{source}: cannot read: {err.strerror or err}") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise InputError(f"{source}: not a UTF-8 text file") from None
+    except tomllib.TOMLDecodeError as err:
+        raise InputError(f"{source}: invalid TOML: {err}") from None
+    return parse_sweep_spec(data, source=str(source), base_dir=source.resolve().parent,
+                            default_name=source.stem)
+
+
+def parse_sweep_spec(
+    data: Mapping[str, Any],
+    *,
+    source: str = "<spec>",
+    base_dir: Path | None = None,
+    default_name: str = "sweep",
+) -> SweepSpec:
+    """Validate a spec already parsed from TOML (the dict form of the file)."""
+    _check_keys(data, source)
+    sweep = data.get("sweep", {})
+    grid = data["grid"]
+    fixed = data.get("fixed", {})
+
+    name = _string(sweep.get("name", default_name), source, "[sweep] name")
+    point_function = _point_function(sweep.get("point_function", DEFAULT_POINT_FUNCTION), source)
+
+    def values(key: str, default: Sequence[Any] | None, convert: Callable[[Any, str], T]) -> tuple[T, ...]:
+        return _value_list(grid, key, default, convert, source)
+
+    return SweepSpec(
+        name=name,
+        point_function=point_function,
+        collectives=values("collectives", None, _collective),
+        gpus=values("gpus", None, _gpus),
+        sizes_bytes=values("sizes", None, _size),
+        configs=values("configs", None, _config),
+        nar_granularities=values("nar_granularities", [HEURISTIC], _nar_granularity),
+        tbs_per_peer=values("tbs_per_peer", [1], _tbs_per_peer),
+        topologies=values("topologies", ["nuna-4die"], _topology_resolver(base_dir)),
+        gemm_bytes=values("gemm_sizes", [0], _gemm_size),
+        algo=_choice(fixed.get("algo", "direct"), ALGOS, source, "[fixed] algo"),
+        packet_bytes=_packet_bytes(fixed.get("packet_bytes", 256), source),
+        seed=_seed(fixed.get("seed", 0), source),
+        source=source,
+    )
+
+
+def _fail(source: str, where: str, message: str) -> InputError:
+    return InputError(f"{source}: {where}: {message}")
+
+
+def _did_you_mean(key: str, known: Sequence[str]) -> str:
+    close = difflib.get_close_matches(key, sorted(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _check_keys(data: Mapping[str, Any], source: str) -> None:
+    for section in data:
+        if section not in _SECTIONS:
+            raise InputError(f"{source}: unknown section or top-level key {section!r}"
+                             f"{_did_you_mean(section, list(_SECTIONS))}; expected [sweep], [grid], [fixed]")
+        if not isinstance(data[section], Mapping):
+            raise InputError(f"{source}: [{section}] must be a table, got {_kind(data[section])}")
+    if "grid" not in data:
+        raise InputError(f"{source}: missing section [grid]")
+    for section, (required, optional) in _SECTIONS.items():
+        table = data.get(section, {})
+        for key in table:
+            if key not in required | optional:
+                raise _fail(source, f"[{section}]",
+                            f"unknown key {key!r}{_did_you_mean(key, list(required | optional))}")
+        for key in sorted(required):
+            if key not in table:
+                raise _fail(source, f"[{section}]", f"missing required key {key!r}")
+
+
+def _kind(value: Any) -> str:
+    return {bool: "a boolean", int: "an integer", float: "a float", str: "a string", list: "a list",
+            dict: "a table"}.get(type(value), type(value).__name__)
+
+
+def _value_list(
+    table: Mapping[str, Any],
+    key: str,
+    default: Sequence[Any] | None,
+    convert: Callable[[Any, str], T],
+    source: str,
+) -> tuple[T, ...]:
+    where = f"[grid] {key}"
+    raw = table.get(key, default)
+    if raw is None:  # required keys are checked earlier; kept for type narrowing
+        raise _fail(source, where, "missing")
+    # A bare value is accepted as a one-element list: `gpus = 8` reads naturally.
+    items = raw if isinstance(raw, list) else [raw]
+    if not items:
+        raise _fail(source, where, "must list at least one value")
+    out: list[T] = []
+    for i, item in enumerate(items):
+        try:
+            value = convert(item, f"{where}[{i}]")
+        except UsageError as err:
+            raise _fail(source, f"{where}[{i}]", str(err)) from None
+        if value in out:
+            raise _fail(source, f"{where}[{i}]", f"duplicate value {item!r}")
+        out.append(value)
+    return tuple(out)
+
+
+def _int(value: Any, what: str, *, minimum: int, maximum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UsageError(f"expected an integer, got {_kind(value)} {value!r}")
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f">= {minimum}" if maximum is None else f"between {minimum} and {maximum}"
+        raise UsageError(f"{what} must be {bound}, got {value}")
+    return value
+
+
+def _string(value: Any, source: str, where: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise _fail(source, where, f"expected a non-empty string, got {_kind(value)} {value!r}")
+    return value
+
+
+def _choice(value: Any, choices: Sequence[str], source: str, where: str) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise _fail(source, where, f"expected one of {', '.join(choices)}; got {value!r}")
+    return value
+
+
+def _point_function(value: Any, source: str) -> str:
+    text = _string(value, source, "[sweep] point_function")
+    module, sep, func = text.partition(":")
+    valid_module = bool(module) and all(part.isidentifier() for part in module.split("."))
+    if not sep or not valid_module or not func.isidentifier():
+        raise _fail(source, "[sweep] point_function",
+                    f"expected 'package.module:function', got {text!r}")
+    return text
+
+
+def _collective(value: Any, where: str) -> str:
+    if isinstance(value, str):
+        name = value.lower().replace("_", "")
+        if name in COLLECTIVES:
+            return name
+    raise UsageError(f"unknown collective {value!r}; expected one of {', '.join(COLLECTIVES)}")
+
+
+def _gpus(value: Any, where: str) -> int:
+    return _int(value, "GPU count", minimum=2, maximum=_MAX_GPUS)
+
+
+def _size(value: Any, where: str) -> int:
+    if isinstance(value, str):
+        return parse_size(value)
+    return _int(value, "size", minimum=1)
+
+
+def _config(value: Any, where: str) -> str:
+    if isinstance(value, str):
+        for name in CONFIGS:
+            if name.lower() == value.strip().lower():
+                return name
+    raise UsageError(f"unknown configuration {value!r}; expected one of {', '.join(CONFIGS)}")
+
+
+def _nar_granularity(value: Any, where: str) -> int | str:
+    if value in (HEURISTIC, AUTO):
+        return str(value)
+    if isinstance(value, str):
+        raise UsageError(f"expected a number of NAR domains, {HEURISTIC!r} or {AUTO!r}; got {value!r}")
+    return _int(value, "NAR granularity", minimum=1)
+
+
+def _tbs_per_peer(value: Any, where: str) -> int:
+    return _int(value, "threadblocks per peer", minimum=1)
+
+
+def _gemm_size(value: Any, where: str) -> int:
+    if isinstance(value, str):
+        return 0 if value.strip().lower() in ("0", "none") else parse_size(value)
+    return _int(value, "GEMM size", minimum=0)
+
+
+def _topology_resolver(base_dir: Path | None) -> Callable[[Any, str], str]:
+    def resolve(value: Any, where: str) -> str:
+        if not isinstance(value, str) or not value.strip():
+            raise UsageError(f"expected a topology name or file path, got {_kind(value)} {value!r}")
+        if base_dir is not None and (value.endswith(".toml") or "/" in value):
+            return str((base_dir / value).resolve())
+        return value
+
+    return resolve
+
+
+def _packet_bytes(value: Any, source: str) -> int | str:
+    if value == AUTO:
+        return AUTO
+    try:
+        return _int(value, "packet size", minimum=1)
+    except UsageError as err:
+        raise _fail(source, "[fixed] packet_bytes", f"{err} (or 'auto')") from None
+
+
+def _seed(value: Any, source: str) -> int:
+    try:
+        return _int(value, "seed", minimum=0)
+    except UsageError as err:
+        raise _fail(source, "[fixed] seed", str(err)) from None

@@ -1,0 +1,221 @@
+"""The sweep runner: compute every point of a sweep spec once, survive interruption, resume.
+
+:func:`run_sweep` expands a :class:`~nuna.experiments.spec.SweepSpec` into points, skips those
+whose result file already exists (and, unless ``retry_failed``, those recorded as failed), runs
+the rest on a local process pool or a dask cluster, and writes each outcome atomically as it
+arrives, so a sweep killed at any moment loses at most the points in flight. The index written
+at the end lists every point and its status and depends only on the spec and those statuses.
+
+The library never prints: callers follow the run through the ``progress`` callback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from nuna.errors import UsageError
+from nuna.experiments import store
+from nuna.experiments.executors import EXECUTORS, Task, resolve_point_function, run_tasks
+from nuna.experiments.spec import (
+    Point,
+    SweepSpec,
+    expand,
+    load_sweep_spec,
+    point_id,
+)
+from nuna.experiments.store import load_results
+
+__all__ = [
+    "FailedPoint",
+    "SweepProgress",
+    "SweepSpec",
+    "SweepSummary",
+    "expand",
+    "load_results",
+    "load_sweep_spec",
+    "run_sweep",
+    "sweep_status",
+    "tasks_of",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class SweepProgress:
+    """One progress report. ``kind == "start"`` comes once, before any point runs, with
+    ``to_run`` set; then one ``"point"`` report per finished point, with its id, label and
+    ``status`` (``"ok"`` or ``"failed"``) and the running counts."""
+
+    kind: Literal["start", "point"]
+    total: int
+    to_run: int
+    completed: int
+    failed: int
+    point_id: str = ""
+    label: str = ""
+    status: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class FailedPoint:
+    """A point whose last run raised. ``this_run`` is False for failures recorded by an earlier
+    run and not retried."""
+
+    point_id: str
+    label: str
+    error_type: str
+    message: str
+    this_run: bool
+
+    def describe(self) -> str:
+        return f"{self.point_id} ({self.label}): {self.error_type}: {self.message}"
+
+
+@dataclass(frozen=True, slots=True)
+class SweepSummary:
+    """The state of a sweep folder after a run (or, from :func:`sweep_status`, before one).
+
+    ``already_done`` points had results before this run; ``ran`` points were computed now;
+    ``unusable`` counts damaged or mismatching files that were found and recomputed.
+    """
+
+    name: str
+    out_dir: str
+    total: int
+    already_done: int
+    ran: int
+    ok: int
+    pending: int
+    failed: tuple[FailedPoint, ...]
+    unusable: int
+    index_path: str
+
+    @property
+    def complete(self) -> bool:
+        """True when every point has a result."""
+        return self.ok == self.total
+
+
+ProgressCallback = Callable[[SweepProgress], None]
+
+
+def tasks_of(spec: SweepSpec) -> tuple[tuple[Task, Point], ...]:
+    """The spec's points paired with their tasks (identity, point function, inputs)."""
+    return tuple((Task(point_id(p.as_dict(), spec.point_function), spec.point_function, p.as_dict()), p)
+                 for p in expand(spec))
+
+
+def _check_options(executor: str, jobs: int | None, scheduler: str | None) -> None:
+    if executor not in EXECUTORS:
+        raise UsageError(f"unknown executor {executor!r}; expected one of {', '.join(EXECUTORS)}")
+    if jobs is not None and jobs < 1:
+        raise UsageError(f"jobs must be >= 1, got {jobs}")
+    if scheduler is not None and executor != "dask":
+        raise UsageError("a scheduler address needs the dask executor")
+    if scheduler is not None and jobs is not None:
+        raise UsageError("jobs applies to a local cluster; with a scheduler the cluster sets the workers")
+
+
+def run_sweep(
+    spec: SweepSpec,
+    out_dir: str | Path,
+    *,
+    executor: str = "local",
+    jobs: int | None = None,
+    scheduler: str | None = None,
+    retry_failed: bool = False,
+    progress: ProgressCallback | None = None,
+) -> SweepSummary:
+    """Compute every unfinished point of ``spec`` into ``out_dir`` and return the summary.
+
+    ``executor`` is ``"local"`` (a process pool of ``jobs`` workers, default: every core this
+    process may use) or ``"dask"`` (the dask.distributed scheduler at ``scheduler``, or a local
+    cluster of ``jobs`` workers). Points recorded as failed are rerun only with
+    ``retry_failed``. A failing point never stops the sweep: it is recorded and listed in the
+    summary. Raises ``UsageError`` for bad options or an unknown point function, ``InputError``
+    if ``out_dir`` is unusable.
+    """
+    _check_options(executor, jobs, scheduler)
+    resolve_point_function(spec.point_function)  # a typo fails now, not once per point
+    folder = Path(out_dir)
+    pairs = tasks_of(spec)
+    tasks = [task for task, _ in pairs]
+    labels = {task.point_id: point.label() for task, point in pairs}
+    spec_json = spec.to_json()
+
+    store.prepare(folder)
+    with store.sweep_lock(folder):
+        store.remove_stale_temporaries(folder)
+        status, unusable = store.scan(folder, tasks)
+        already_done = sum(1 for s in status.values() if s == "ok")
+        to_run = [t for t in tasks if status[t.point_id] == "pending"
+                  or (retry_failed and status[t.point_id] == "failed")]
+        store.write_index(folder, spec_json, tasks, status)
+
+        ran = failed_now = 0
+        new_failures: set[str] = set()
+        if progress is not None:
+            progress(SweepProgress("start", len(tasks), len(to_run), 0, 0))
+        by_id = {t.point_id: t for t in to_run}
+        try:
+            for outcome in run_tasks(to_run, executor=executor, jobs=jobs, scheduler=scheduler):
+                task = by_id[outcome.point_id]
+                store.write_outcome(folder, task, outcome)
+                status[task.point_id] = "ok" if outcome.ok else "failed"
+                ran += 1
+                if not outcome.ok:
+                    failed_now += 1
+                    new_failures.add(task.point_id)
+                if progress is not None:
+                    progress(SweepProgress("point", len(tasks), len(to_run), ran, failed_now,
+                                           task.point_id, labels[task.point_id], status[task.point_id]))
+        finally:
+            # Also on interrupt: the index then shows what is done and what is still pending.
+            store.write_index(folder, spec_json, tasks, status)
+
+    return _summary(spec, folder, tasks, labels, status, already_done, ran, unusable, new_failures)
+
+
+def sweep_status(spec: SweepSpec, out_dir: str | Path) -> SweepSummary:
+    """What a run of ``spec`` into ``out_dir`` would find, without running or writing anything."""
+    folder = Path(out_dir)
+    pairs = tasks_of(spec)
+    tasks = [task for task, _ in pairs]
+    labels = {task.point_id: point.label() for task, point in pairs}
+    status, unusable = store.scan(folder, tasks)
+    done = sum(1 for s in status.values() if s == "ok")
+    return _summary(spec, folder, tasks, labels, status, done, 0, unusable, set())
+
+
+def _summary(
+    spec: SweepSpec,
+    folder: Path,
+    tasks: list[Task],
+    labels: dict[str, str],
+    status: dict[str, store.Status],
+    already_done: int,
+    ran: int,
+    unusable: int,
+    new_failures: set[str],
+) -> SweepSummary:
+    failed = []
+    for task in tasks:
+        if status[task.point_id] == "failed":
+            error = store.read_failure(folder, task.point_id)
+            failed.append(FailedPoint(task.point_id, labels[task.point_id], str(error.get("type", "")),
+                                      str(error.get("message", "")), task.point_id in new_failures))
+    ok = sum(1 for s in status.values() if s == "ok")
+    return SweepSummary(
+        name=spec.name,
+        out_dir=str(folder),
+        total=len(tasks),
+        already_done=already_done,
+        ran=ran,
+        ok=ok,
+        pending=sum(1 for s in status.values() if s == "pending"),
+        failed=tuple(failed),
+        unusable=unusable,
+        index_path=str(store.index_path(folder)),
+    )

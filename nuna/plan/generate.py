@@ -1,0 +1,485 @@
+"""Generators of collective plans: the paper's direct (all-pairs) algorithms and classic rings.
+
+Every generator is a pure function returning Plan IR that passes the structural, deadlock and
+semantic checks (``nuna.plan.verify``) and round-trips through the XML writer. Conventions:
+
+* ``C`` = chunks per rank slice (``chunks_per_peer``). ``nchunksperloop`` = ``ngpus·C`` for all
+  four collectives, so a chunk is ``1/(ngpus·C)`` of the collective's whole buffer
+  (reference §4; allreduce buffers hold ``ngpus`` slices of ``C`` chunks).
+* In-place is the default for allgather, allreduce and reducescatter (as MSCCLang's all-pairs
+  programs), out-of-place for alltoall; either can be requested. In-place plans name the
+  buffers the way MSCCLang does (allgather: ``o`` only, ``i_chunks=0``; allreduce and
+  reducescatter: ``i`` only, ``o_chunks=0``).
+* ``protocol`` only changes the header. Threadblock ids are dense from 0; step indices are
+  positions; every ``nop`` carries a dependency and is followed by a step with its own one
+  (the executors' rules, reference §6.3).
+
+``direct`` (latency-optimised all-pairs, paper §5): on every GPU one threadblock per
+(peer, k), ``k < tbs_per_peer``, with ``send = recv = peer`` and channel ``k`` (so each
+connection (peer, channel, direction) is used by exactly one threadblock); threadblock ``k`` of
+a peer moves sub-slice ``k`` (``C/K`` chunks) of every slice exchanged with that peer. Ids are
+peer-major: peers in increasing rank order, then ``k``.
+
+* allgather / alltoall: each threadblock sends its sub-slice to the peer, then receives the
+  peer's. Out-of-place, the local copy ``input → own output slice`` is the last step of the
+  threadblocks of the first peer (one copy per ``k``): the sends read the input, so the copy
+  delays nothing and adds no threadblock, keeping ``(ngpus-1)·K`` threadblocks per GPU.
+* reducescatter: threadblock (p, k) sends my contribution to p's slice and receives p's
+  contribution to mine. The first peer's threadblock (the *reducer* of sub-slice k) receives
+  with ``rrc`` into the accumulator; the others receive into scratch (``r``) and the reducer
+  then adds them with ``re`` steps. The reducer waits for those receives through ``nop`` steps
+  (one dependency each, the last on the first ``re``), as MSCCLang's ``dependence_nop`` does
+  (reference §6.2), so its ``re`` steps stay dependency-free and the executor fuses them.
+* allreduce = that reduce-scatter followed by a direct all-gather of the reduced slices, in
+  the same threadblocks; a non-reducer's all-gather send depends on the reducer's last step.
+
+``ring`` (``channels`` rings, one threadblock per ring per GPU, send to ``g+1``, receive from
+``g-1``, ring ``c`` on channel ``c`` moving sub-slice ``c`` of every slice):
+
+* allgather: ``s`` of the own slice, ``ngpus-2`` × ``rcs``, one ``r``.
+* reducescatter: ``s``, ``ngpus-2`` × ``rrs``, final ``rrc`` into the own slice.
+* allreduce: reduce-scatter ``s``, ``rrs``…, ``rrcs`` (own slice reduced and forwarded), then
+  all-gather ``rcs``…, ``r``: ``2·ngpus-1`` steps.
+* alltoall: store-and-forward along the ring. A GPU first sends its own blocks for
+  ``g+1 … g+ngpus-1``; then it receives, from ``g-1``, blocks of origins ``g-1, g-2, …`` in the
+  order they were sent: the first block of each origin is its own (``r`` into the output), the
+  rest it relays (``rcs`` through a per-ring scratch sub-slice, reused: the writes are in one
+  threadblock and so ordered). ``ngpus·(ngpus-1)/2`` relay hops per sub-slice; it exists for
+  comparison, not speed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from nuna.errors import UsageError
+from nuna.plan.ir import Buffer, Collective, Gpu, Plan, Protocol, Step, StepType, Threadblock
+
+#: Algorithms :func:`generate` knows.
+ALGORITHMS: tuple[str, ...] = ("direct", "ring")
+#: Collectives :func:`generate` can produce.
+COLLECTIVES: tuple[Collective, ...] = (
+    Collective.ALLGATHER, Collective.ALLREDUCE, Collective.REDUCESCATTER, Collective.ALLTOALL)
+#: Largest plan generated, in steps over all GPUs: a guard against requests that would exhaust
+#: memory (a 64-GPU direct allreduce with 144 threadblocks per peer has ~3.5 million steps).
+MAX_STEPS = 20_000_000
+
+_DEFAULT_INPLACE: dict[Collective, bool] = {
+    Collective.ALLGATHER: True,
+    Collective.ALLREDUCE: True,
+    Collective.REDUCESCATTER: True,
+    Collective.ALLTOALL: False,
+}
+
+_I, _O, _S = Buffer.INPUT, Buffer.OUTPUT, Buffer.SCRATCH
+_SEND, _RECV, _RCS = StepType.SEND, StepType.RECV, StepType.RECV_COPY_SEND
+_RRC, _RRS, _RRCS = StepType.RECV_REDUCE_COPY, StepType.RECV_REDUCE_SEND, StepType.RECV_REDUCE_COPY_SEND
+_CPY, _RE, _NOP = StepType.COPY, StepType.REDUCE, StepType.NOP
+
+
+def generate(
+    collective: Collective | str,
+    ngpus: int,
+    *,
+    algo: str = "direct",
+    tbs_per_peer: int = 1,
+    chunks_per_peer: int | None = None,
+    channels: int | None = None,
+    protocol: Protocol | str = Protocol.SIMPLE,
+    inplace: bool | None = None,
+    name: str | None = None,
+) -> Plan:
+    """Generate a ``collective`` plan for ``ngpus`` GPUs (see the module docstring).
+
+    ``tbs_per_peer`` (direct only): threadblocks per peer, K ≥ 1. ``chunks_per_peer``: chunks
+    per rank slice, C; default K (direct) or ``channels`` (ring); must be a multiple of K
+    (direct) or of ``channels`` (ring). ``channels`` (ring only): number of rings, default 1.
+    ``inplace``: ``None`` picks the collective's default (in-place except alltoall).
+    Raises ``UsageError`` for impossible requests.
+    """
+    coll = _collective(collective)
+    proto = _protocol(protocol)
+    if algo not in ALGORITHMS:
+        raise UsageError(f"unknown algorithm {algo!r} (choose from {', '.join(ALGORITHMS)})")
+    if isinstance(ngpus, bool) or not isinstance(ngpus, int) or ngpus < 2:
+        raise UsageError(f"ngpus must be an integer >= 2, got {ngpus!r}")
+    _positive("tbs_per_peer", tbs_per_peer)
+    if channels is not None:
+        _positive("channels", channels)
+    if chunks_per_peer is not None:
+        _positive("chunks_per_peer", chunks_per_peer)
+    in_place = _DEFAULT_INPLACE[coll] if inplace is None else bool(inplace)
+
+    if algo == "direct":
+        if channels is not None:
+            raise UsageError("channels applies to the ring algorithm; direct uses one channel per "
+                             "threadblock of a peer (set tbs_per_peer)")
+        K = tbs_per_peer
+        C = K if chunks_per_peer is None else chunks_per_peer
+        if C % K:
+            raise UsageError(f"chunks_per_peer ({C}) must be a multiple of tbs_per_peer ({K})")
+        _check_size(coll, "direct", ngpus, K, C)
+        spec = _Spec(coll, ngpus, K, C // K, C, in_place)
+        make = _StepCache()  # shared by all GPUs: receive steps recur on every GPU
+        gpus = tuple(_direct_gpu(spec, g, make) for g in range(ngpus))
+        nchannels = K
+        label = f"direct_k{K}"
+    else:
+        if tbs_per_peer != 1:
+            raise UsageError("tbs_per_peer applies to the direct algorithm; ring uses one "
+                             "threadblock per ring (set channels)")
+        M = 1 if channels is None else channels
+        C = M if chunks_per_peer is None else chunks_per_peer
+        if C % M:
+            raise UsageError(f"chunks_per_peer ({C}) must be a multiple of channels ({M})")
+        _check_size(coll, "ring", ngpus, M, C)
+        spec = _Spec(coll, ngpus, M, C // M, C, in_place)
+        make = _StepCache()
+        gpus = tuple(_ring_gpu(spec, g, make) for g in range(ngpus))
+        nchannels = M
+        label = f"ring_c{M}"
+    return Plan(
+        name=name if name is not None else f"{coll.value}_{label}_n{ngpus}_cpp{C}",
+        protocol=proto,
+        nchannels=nchannels,
+        nchunksperloop=ngpus * C,
+        ngpus=ngpus,
+        collective=coll,
+        inplace=in_place,
+        outofplace=not in_place,
+        min_bytes=0,
+        max_bytes=0,
+        gpus=gpus,
+    )
+
+
+def _collective(value: Collective | str) -> Collective:
+    text = value.value if isinstance(value, Collective) else str(value).lower()
+    if text == "reduce_scatter":
+        text = Collective.REDUCESCATTER.value
+    for c in COLLECTIVES:
+        if c.value == text:
+            return c
+    raise UsageError(f"cannot generate collective {text!r} (choose from "
+                     f"{', '.join(c.value for c in COLLECTIVES)})")
+
+
+def _protocol(value: Protocol | str) -> Protocol:
+    if isinstance(value, Protocol):
+        return value
+    for p in Protocol:
+        if p.value.lower() == str(value).lower():
+            return p
+    raise UsageError(f"unknown protocol {value!r} (choose from {', '.join(p.value for p in Protocol)})")
+
+
+def _positive(what: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UsageError(f"{what} must be an integer >= 1, got {value!r}")
+
+
+def _check_size(coll: Collective, algo: str, n: int, parallel: int, C: int) -> None:
+    """Refuse plans whose step count would exhaust memory (estimate, per the layouts below)."""
+    if algo == "direct":
+        per_tb = 4 if coll is Collective.ALLREDUCE else 2
+        steps = n * (n - 1) * parallel * per_tb + n * parallel * 2 * n
+    else:
+        per_tb = n + n * (n - 1) // 2 if coll is Collective.ALLTOALL else 2 * n
+        steps = n * parallel * per_tb
+    if steps > MAX_STEPS:
+        raise UsageError(f"the requested {algo} {coll.value} plan would have about {steps:,} steps, "
+                         f"more than the {MAX_STEPS:,} supported")
+
+
+@dataclass(frozen=True, slots=True)
+class _Spec:
+    """One generation request after validation. ``parallel`` = K (direct) or rings (ring);
+    ``m`` = chunks each threadblock moves per slice; ``C`` = chunks per rank slice."""
+
+    coll: Collective
+    n: int
+    parallel: int
+    m: int
+    C: int
+    inplace: bool
+
+
+class _StepCache:
+    """Interns identical steps: many threadblocks share the same step values (e.g. every
+    allgather threadblock of one GPU and one k sends the same sub-slice), and reusing the
+    frozen instances keeps generation of 10^5-step plans fast."""
+
+    def __init__(self) -> None:
+        self._steps: dict[tuple[object, ...], Step] = {}
+        self.rows: dict[int, list[Step]] = {}  # per-peer receive steps of direct allgather
+
+    def __call__(self, index: int, type_: StepType, src: tuple[Buffer, int] | None,
+                 dst: tuple[Buffer, int] | None, count: int, dep: tuple[int, int] | None = None,
+                 has_dependent: bool = False) -> Step:
+        key = (index, type_, src, dst, count, dep, has_dependent)
+        st = self._steps.get(key)
+        if st is None:
+            st = Step(index=index, type=type_,
+                      src_buffer=None if src is None else src[0], src_offset=None if src is None else src[1],
+                      dst_buffer=None if dst is None else dst[0], dst_offset=None if dst is None else dst[1],
+                      count=count,
+                      depend_tb=None if dep is None else dep[0], depend_step=None if dep is None else dep[1],
+                      has_dependent=has_dependent)
+            self._steps[key] = st
+        return st
+
+
+# A step before indices are known: (type, src, dst, count, dependency, has_dependent).
+_Proto = tuple[StepType, tuple[Buffer, int] | None, tuple[Buffer, int] | None, int,
+               tuple[int, int] | None, bool]
+
+
+def _tb(make: _StepCache, tb_id: int, send: int | None, recv: int | None, channel: int,
+        protos: list[_Proto]) -> Threadblock:
+    steps = tuple(make(i, t, s, d, c, dep, hd) for i, (t, s, d, c, dep, hd) in enumerate(protos))
+    return Threadblock(id=tb_id, send_peer=send, recv_peer=recv, channel=channel, steps=steps)
+
+
+def _buffer_sizes(spec: _Spec) -> tuple[int, int]:
+    """(i_chunks, o_chunks) of one GPU, MSCCLang-style (reference §3.2)."""
+    n, C, coll = spec.n, spec.C, spec.coll
+    if coll is Collective.ALLGATHER:
+        return (0 if spec.inplace else C), n * C
+    if coll is Collective.REDUCESCATTER:
+        return n * C, (0 if spec.inplace else C)
+    return n * C, (0 if spec.inplace else n * C)
+
+
+def _locations(spec: _Spec) -> tuple[Callable[[int, int], tuple[Buffer, int]],
+                                     Callable[[int, int], tuple[Buffer, int]]]:
+    """(where rank r holds input chunk j, where rank r's result chunk j goes), with ``j``
+    indexing the collective's conventional layout and the in-place aliases applied
+    (reference §4)."""
+    C, coll, inplace = spec.C, spec.coll, spec.inplace
+    if coll is Collective.ALLGATHER:
+        if inplace:
+            return (lambda r, j: (_O, r * C + j)), (lambda r, j: (_O, j))
+        return (lambda r, j: (_I, j)), (lambda r, j: (_O, j))
+    if coll is Collective.REDUCESCATTER:
+        if inplace:
+            return (lambda r, j: (_I, j)), (lambda r, j: (_I, r * C + j))
+        return (lambda r, j: (_I, j)), (lambda r, j: (_O, j))
+    if inplace:
+        return (lambda r, j: (_I, j)), (lambda r, j: (_I, j))
+    return (lambda r, j: (_I, j)), (lambda r, j: (_O, j))
+
+
+def _direct_gpu(spec: _Spec, g: int, make: _StepCache) -> Gpu:
+    n, K, C, coll = spec.n, spec.parallel, spec.C, spec.coll
+    peers = [p for p in range(n) if p != g]
+    scratch = 0
+    if coll is Collective.ALLGATHER:
+        tbs = _direct_gather(spec, g, peers, make)
+    elif coll is Collective.ALLTOALL:
+        tbs = _direct_alltoall(spec, g, peers)
+    else:
+        scratch = (n - 2) * C
+        tbs = [_tb(make, pi * K + k, p, p, k, _direct_reduce(spec, g, p, pi, k))
+               for pi, p in enumerate(peers) for k in range(K)]
+    i_chunks, o_chunks = _buffer_sizes(spec)
+    return Gpu(id=g, input_chunks=i_chunks, output_chunks=o_chunks, scratch_chunks=scratch,
+               threadblocks=_mark_dependents(tuple(tbs)))
+
+
+def _direct_gather(spec: _Spec, g: int, peers: list[int], make: _StepCache) -> list[Threadblock]:
+    """Direct allgather threadblocks of GPU g. Written out by hand, without the generic step
+    prototypes, because the speed benchmark generates 64 GPUs x 1,008 of them: the send of
+    sub-slice k is the same step in every threadblock of that k, and the receive of (p, k)
+    the same step on every GPU, so only Threadblock objects are built per threadblock."""
+    K, m, C, inplace = spec.parallel, spec.m, spec.C, spec.inplace
+    sends = [make(0, _SEND, (_O, g * C + lo) if inplace else (_I, lo), (_O, g * C + lo), m)
+             for lo in range(0, K * m, m)]
+    copies = [] if inplace else [make(2, _CPY, (_I, lo), (_O, g * C + lo), m) for lo in range(0, K * m, m)]
+    tbs: list[Threadblock] = []
+    for pi, p in enumerate(peers):
+        row = make.rows.get(p)
+        if row is None:
+            row = [make(1, _RECV, (_O, p * C + lo) if inplace else (_I, lo), (_O, p * C + lo), m)
+                   for lo in range(0, K * m, m)]
+            make.rows[p] = row
+        base = pi * K
+        for k in range(K):
+            steps = (sends[k], row[k]) if inplace or pi else (sends[k], row[k], copies[k])
+            tbs.append(Threadblock(id=base + k, send_peer=p, recv_peer=p, channel=k, steps=steps))
+    return tbs
+
+
+def _direct_alltoall(spec: _Spec, g: int, peers: list[int]) -> list[Threadblock]:
+    """Direct alltoall threadblocks of GPU g: send block (p, k) of my input, receive p's block
+    for me. Every step is distinct (offsets depend on g, p and k), so steps are built directly
+    rather than through the interning cache."""
+    K, m, C = spec.parallel, spec.m, spec.C
+    out = _I if spec.inplace else _O
+    tbs: list[Threadblock] = []
+    for pi, p in enumerate(peers):
+        for k in range(K):
+            lo = k * m
+            mine, theirs = g * C + lo, p * C + lo
+            steps: tuple[Step, ...] = (Step(0, _SEND, _I, theirs, out, mine, m),
+                                       Step(1, _RECV, _I, mine, out, theirs, m))
+            if pi == 0 and not spec.inplace:
+                steps = (*steps, Step(2, _CPY, _I, mine, _O, mine, m))
+            tbs.append(Threadblock(id=pi * K + k, send_peer=p, recv_peer=p, channel=k, steps=steps))
+    return tbs
+
+
+def _landing(spec: _Spec, receiver: int, sender: int, lo: int) -> tuple[Buffer, int]:
+    """Where ``sender``'s reduce-scatter contribution lands on ``receiver`` (descriptive only)."""
+    pi = sender if sender < receiver else sender - 1  # sender's position among receiver's peers
+    if pi == 0:
+        return _acc(spec, receiver, lo)
+    return (_S, (pi - 1) * spec.C + lo)
+
+
+def _acc(spec: _Spec, g: int, lo: int) -> tuple[Buffer, int]:
+    """The location of GPU g's reduced sub-slice starting at ``lo`` (within its slice)."""
+    C = spec.C
+    if spec.coll is Collective.REDUCESCATTER and not spec.inplace:
+        return (_O, lo)
+    if spec.coll is Collective.ALLREDUCE and not spec.inplace:
+        return (_O, g * C + lo)
+    return (_I, g * C + lo)
+
+
+def _direct_reduce(spec: _Spec, g: int, p: int, pi: int, k: int) -> list[_Proto]:
+    """Reduce-scatter (and, for allreduce, the all-gather after it) of threadblock (p, k)."""
+    n, K, m, C = spec.n, spec.parallel, spec.m, spec.C
+    lo = k * m
+    acc = _acc(spec, g, lo)
+    protos: list[_Proto] = [(_SEND, (_I, p * C + lo), _landing(spec, p, g, lo), m, None, False)]
+    others = n - 2  # peers whose contributions arrive in scratch
+    if pi == 0:
+        protos.append((_RRC, (_I, g * C + lo), acc, m, None, False))
+        # wait for the other receives of this k (their step 1): nops carry all but the first
+        # dependency, the first reduction carries that one (reference §6.3)
+        for j in range(2, others + 1):
+            protos.append((_NOP, None, None, 0, (j * K + k, 1), False))
+        for j in range(1, others + 1):
+            dep = (j * K + k, 1) if j == 1 else None
+            protos.append((_RE, (_S, (j - 1) * C + lo), acc, m, dep, False))
+        reducer_last = len(protos) - 1
+    else:
+        slot = (_S, (pi - 1) * C + lo)
+        protos.append((_RECV, (_I, g * C + lo), slot, m, None, False))
+        # the reducer's last step index, by the same construction
+        reducer_last = 1 + max(others - 1, 0) + others
+    if spec.coll is Collective.ALLREDUCE:
+        theirs = _acc(spec, p, lo)
+        dep = None if pi == 0 else (k, reducer_last)
+        protos.append((_SEND, acc, _acc(spec, g, lo), m, dep, False))
+        protos.append((_RECV, theirs, theirs, m, None, False))
+    return protos
+
+
+def _mark_dependents(tbs: tuple[Threadblock, ...]) -> tuple[Threadblock, ...]:
+    """Set ``has_dependent`` on every step some other step waits on (reference §3.4)."""
+    targets: set[tuple[int, int]] = set()
+    for tb in tbs:
+        for st in tb.steps:
+            if st.depend_tb is not None and st.depend_step is not None:
+                targets.add((st.depend_tb, st.depend_step))
+    if not targets:
+        return tbs
+    out = []
+    for tb in tbs:
+        steps = tb.steps
+        if any((tb.id, st.index) in targets and not st.has_dependent for st in steps):
+            steps = tuple(_with_dependent(st) if (tb.id, st.index) in targets else st for st in steps)
+            tb = Threadblock(id=tb.id, send_peer=tb.send_peer, recv_peer=tb.recv_peer,
+                             channel=tb.channel, steps=steps)
+        out.append(tb)
+    return tuple(out)
+
+
+def _with_dependent(st: Step) -> Step:
+    return Step(index=st.index, type=st.type, src_buffer=st.src_buffer, src_offset=st.src_offset,
+                dst_buffer=st.dst_buffer, dst_offset=st.dst_offset, count=st.count,
+                depend_tb=st.depend_tb, depend_step=st.depend_step, has_dependent=True)
+
+
+def _ring_gpu(spec: _Spec, g: int, make: _StepCache) -> Gpu:
+    n, M, m, C, coll = spec.n, spec.parallel, spec.m, spec.C, spec.coll
+    src_at, dst_at = _locations(spec)
+    nxt, prv = (g + 1) % n, (g - 1) % n
+    tbs: list[Threadblock] = []
+    scratch = 0
+    for c in range(M):
+        lo = c * m
+        if coll is Collective.ALLGATHER:
+            protos = _ring_gather(spec, g, lo)
+        elif coll is Collective.ALLTOALL:
+            protos = _ring_alltoall(spec, g, lo)
+            if n > 2:
+                scratch = C
+        else:
+            protos = _ring_reduce(spec, g, lo)
+        if not spec.inplace and coll in (Collective.ALLGATHER, Collective.ALLTOALL):
+            own = g * C + lo
+            src = src_at(g, lo if coll is Collective.ALLGATHER else own)
+            protos.append((_CPY, src, dst_at(g, own), m, None, False))
+        tbs.append(_tb(make, c, nxt, prv, c, protos))
+    i_chunks, o_chunks = _buffer_sizes(spec)
+    return Gpu(id=g, input_chunks=i_chunks, output_chunks=o_chunks, scratch_chunks=scratch,
+               threadblocks=tuple(tbs))
+
+
+def _ring_gather(spec: _Spec, g: int, lo: int) -> list[_Proto]:
+    """``s`` own slice, then receive slices g-1, g-2, ... forwarding all but the last."""
+    n, m, C = spec.n, spec.m, spec.C
+    src_at, dst_at = _locations(spec)
+    protos: list[_Proto] = [(_SEND, src_at(g, lo), dst_at((g + 1) % n, g * C + lo), m, None, False)]
+    for j in range(1, n):
+        origin = (g - j) % n
+        slot = dst_at(g, origin * C + lo)
+        came_from = src_at(origin, lo) if j == 1 else slot
+        protos.append((_RCS if j < n - 1 else _RECV, came_from, slot, m, None, False))
+    return protos
+
+
+def _ring_reduce(spec: _Spec, g: int, lo: int) -> list[_Proto]:
+    """Reduce-scatter ring (the chain for slice d starts at d+1 and ends, reduced, at d); for
+    allreduce the last reduction forwards the result and an all-gather ring follows."""
+    n, m, C = spec.n, spec.m, spec.C
+    protos: list[_Proto] = []
+    first = (_I, ((g - 1) % n) * C + lo)
+    protos.append((_SEND, first, first, m, None, False))
+    for j in range(1, n - 1):
+        part = (_I, ((g - 1 - j) % n) * C + lo)
+        protos.append((_RRS, part, part, m, None, False))
+    own = (_I, g * C + lo)
+    mine = _acc(spec, g, lo)
+    if spec.coll is Collective.REDUCESCATTER:
+        protos.append((_RRC, own, mine, m, None, False))
+        return protos
+    protos.append((_RRCS, own, mine, m, None, False))
+    for j in range(1, n):
+        slot = _acc(spec, (g - j) % n, lo)
+        protos.append((_RCS if j < n - 1 else _RECV, slot, slot, m, None, False))
+    return protos
+
+
+def _ring_alltoall(spec: _Spec, g: int, lo: int) -> list[_Proto]:
+    """Store-and-forward alltoall (see the module docstring for the order)."""
+    n, m, C = spec.n, spec.m, spec.C
+    src_at, dst_at = _locations(spec)
+    relay = (_S, lo)
+    protos: list[_Proto] = []
+    for h in range(1, n):
+        dest = (g + h) % n
+        lands = dst_at((g + 1) % n, g * C + lo) if h == 1 else relay
+        protos.append((_SEND, src_at(g, dest * C + lo), lands, m, None, False))
+    for t in range(1, n):
+        origin = (g - t) % n
+        came_from = src_at(origin, g * C + lo) if t == 1 else relay
+        protos.append((_RECV, came_from, dst_at(g, origin * C + lo), m, None, False))
+        for h in range(1, n - t):
+            dest = (g + h) % n
+            came_from = src_at(origin, dest * C + lo) if t == 1 else relay
+            protos.append((_RCS, came_from, relay, m, None, False))
+    return protos

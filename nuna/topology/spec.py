@@ -1,0 +1,436 @@
+"""Topology specs: the frozen description of a chip and its scale-up network, read from TOML.
+
+A topology file (``topologies/<name>.toml``, documented in ``topologies/README.md``) has
+top-level ``format = 1``, ``name`` and ``description`` strings and two tables, ``[chip]`` and
+``[scaleup]``. Every parameter is an inline table ``{ value = ..., source = "..." }``: the
+source says where the number comes from (the paper, a public figure with its citation, or the
+calibration). Units are part of every key name (``*_ns``, ``*_gbps`` = GB/s = bytes per ns,
+``*_bytes``, ``*_gflops`` = GFLOP/s = flops per ns); bandwidths may be ``inf`` (no limit).
+
+``chip.kind`` selects the schema: ``"mesh"`` (dies of routers in a global X-then-Y mesh, I/O
+ports on the two short edges, HBM stacks on the two long edges) or ``"flat"`` (no NoC: one
+router, one I/O port, one HBM stack, free on-chip movement; for comparing the scale-up network
+with closed-form alpha-beta models). A flat chip is stored as a 1x1 mesh with zero on-chip
+latency and unlimited on-chip bandwidth, so every consumer handles one shape.
+
+Name lookup: ``load_topology("nuna-4die")`` reads ``topologies/nuna-4die.toml`` of the source
+checkout when the package runs from one, else the copy shipped as package data in
+``nuna/topology/data/`` (a test keeps the two identical). Anything with a ``/`` or a
+``.toml`` suffix is read as a path.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from nuna.errors import TopologyError
+
+DEFAULT_TOPOLOGY = "nuna-4die"
+FORMAT_VERSION = 1
+_MAX_FILE_BYTES = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class ChipSpec:
+    """One GPU socket. Geometry: ``dies_x * dies_y`` dies of ``die_cols x die_rows`` routers
+    form a ``cols x rows`` mesh (x along the long edge); each router hosts ``cus_per_router``
+    CUs. Latencies are per traversal of one directed edge (see :mod:`nuna.topology.build`)."""
+
+    kind: str
+    dies_x: int
+    dies_y: int
+    die_cols: int
+    die_rows: int
+    cus_per_router: int
+    io_ports: int
+    hbm_stacks: int
+    hbm_channels_per_stack: int
+    hbm_stack_capacity_bytes: int
+    hbm_stack_bandwidth_gbps: float
+    flit_bytes: int
+    page_bytes: int
+    address_hash_granularity_bytes: int
+    max_outstanding_requests_per_cu: int
+    cu_vector_gflops: float
+    memory_access_latency_ns: float
+    noc_hop_latency_ns: float
+    die_crossing_latency_ns: float
+    cu_attach_latency_ns: float
+    io_port_latency_ns: float
+    hbm_attach_latency_ns: float
+    noc_link_bandwidth_gbps: float
+    die_crossing_bandwidth_gbps: float
+    cu_link_bandwidth_gbps: float
+    io_port_bandwidth_gbps: float
+
+    @property
+    def cols(self) -> int:
+        return self.dies_x * self.die_cols
+
+    @property
+    def rows(self) -> int:
+        return self.dies_y * self.die_rows
+
+    @property
+    def dies(self) -> int:
+        return self.dies_x * self.dies_y
+
+    @property
+    def routers(self) -> int:
+        return self.cols * self.rows
+
+    @property
+    def cus(self) -> int:
+        return self.routers * self.cus_per_router
+
+    @property
+    def ports_left(self) -> int:
+        """I/O ports on the left short edge (x = 0); the rest are on the right edge."""
+        return (self.io_ports + 1) // 2
+
+    @property
+    def stacks_top(self) -> int:
+        """HBM stacks on the top long edge (y = rows-1); the rest are on the bottom edge."""
+        return (self.hbm_stacks + 1) // 2
+
+    @property
+    def pages_per_stack(self) -> int:
+        return self.hbm_stack_capacity_bytes // self.page_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleUpSpec:
+    """Single-level rail-optimised Clos: switch plane ``k`` joins I/O port ``k`` of every GPU.
+    ``link_*`` is one GPU-to-switch cable in each direction (SerDes, FEC and flight time);
+    ``switch_latency_ns`` is the switch's port-to-port latency."""
+
+    kind: str
+    link_latency_ns: float
+    link_bandwidth_gbps: float
+    switch_latency_ns: float
+    switch_port_bandwidth_gbps: float
+
+    @property
+    def one_way_latency_ns(self) -> float:
+        """I/O port to I/O port of another GPU: up-link, switch, down-link."""
+        return 2.0 * self.link_latency_ns + self.switch_latency_ns
+
+    @property
+    def round_trip_latency_ns(self) -> float:
+        return 2.0 * self.one_way_latency_ns
+
+
+@dataclass(frozen=True, slots=True)
+class TopologySpec:
+    """A chip plus the scale-up network joining copies of it. ``sources`` maps each dotted key
+    (``chip.noc_hop_latency_ns``) to its source note; it and ``path`` are provenance only and
+    take no part in equality or hashing."""
+
+    name: str
+    description: str
+    chip: ChipSpec
+    scaleup: ScaleUpSpec
+    sources: tuple[tuple[str, str], ...] = field(default=(), compare=False)
+    path: str | None = field(default=None, compare=False)
+
+    def source(self, key: str) -> str | None:
+        """Source note of dotted key ``key`` (``'chip.flit_bytes'``), if the file gave one."""
+        return dict(self.sources).get(key)
+
+
+# --- schema -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Key:
+    type: type
+    low: float
+    high: float
+    low_open: bool = False  # True: value must be > low (bandwidths, rates)
+
+
+_COUNT = _Key(int, 1, 1 << 16)
+_LAT = _Key(float, 0.0, 1e9)
+_BW = _Key(float, 0.0, math.inf, low_open=True)
+
+_CHIP_COMMON: dict[str, _Key] = {
+    "hbm_stack_capacity_bytes": _Key(int, 1, 1 << 50),
+    "hbm_stack_bandwidth_gbps": _BW,
+    "flit_bytes": _Key(int, 1, 1 << 20),
+    "page_bytes": _Key(int, 1, 1 << 30),
+    "address_hash_granularity_bytes": _Key(int, 1, 1 << 30),
+    "max_outstanding_requests_per_cu": _Key(int, 1, 1 << 30),
+    "cu_vector_gflops": _BW,
+    "memory_access_latency_ns": _LAT,
+}
+
+_CHIP_MESH: dict[str, _Key] = {
+    "dies_x": _Key(int, 1, 64),
+    "dies_y": _Key(int, 1, 64),
+    "die_cols": _Key(int, 1, 256),
+    "die_rows": _Key(int, 1, 256),
+    "cus_per_router": _Key(int, 1, 4096),
+    "io_ports": _Key(int, 1, 1024),
+    "hbm_stacks": _Key(int, 1, 1024),
+    "hbm_channels_per_stack": _Key(int, 1, 1024),
+    **_CHIP_COMMON,
+    "noc_hop_latency_ns": _LAT,
+    "die_crossing_latency_ns": _LAT,
+    "cu_attach_latency_ns": _LAT,
+    "io_port_latency_ns": _LAT,
+    "hbm_attach_latency_ns": _LAT,
+    "noc_link_bandwidth_gbps": _BW,
+    "die_crossing_bandwidth_gbps": _BW,
+    "cu_link_bandwidth_gbps": _BW,
+    "io_port_bandwidth_gbps": _BW,
+}
+
+_CHIP_FLAT: dict[str, _Key] = {"cus": _Key(int, 1, 1 << 20), **_CHIP_COMMON}
+
+_SCALEUP: dict[str, _Key] = {
+    "link_latency_ns": _LAT,
+    "link_bandwidth_gbps": _BW,
+    "switch_latency_ns": _LAT,
+    "switch_port_bandwidth_gbps": _BW,
+}
+
+_CHIP_KINDS = ("mesh", "flat")
+_SCALEUP_KINDS = ("rail-clos",)
+
+
+# --- loading -----------------------------------------------------------------------------
+
+
+def _source_checkout_dir() -> Path | None:
+    root = Path(__file__).resolve().parents[2]
+    folder = root / "topologies"
+    if (root / "pyproject.toml").is_file() and folder.is_dir():
+        return folder
+    return None
+
+
+def _looks_like_path(name_or_path: str) -> bool:
+    return "/" in name_or_path or "\\" in name_or_path or name_or_path.endswith(".toml")
+
+
+def available_topologies() -> tuple[str, ...]:
+    """Names that :func:`load_topology` resolves without a path, sorted."""
+    names: set[str] = set()
+    checkout = _source_checkout_dir()
+    if checkout is not None:
+        names.update(p.stem for p in checkout.glob("*.toml"))
+    data = resources.files("nuna.topology") / "data"
+    if data.is_dir():
+        names.update(Path(entry.name).stem for entry in data.iterdir() if entry.name.endswith(".toml"))
+    return tuple(sorted(names))
+
+
+def _resolve(name_or_path: str) -> tuple[str, bytes]:
+    """Return (display path, file bytes) for a name or a path."""
+    if _looks_like_path(name_or_path):
+        path = Path(name_or_path)
+        try:
+            with path.open("rb") as handle:
+                data = handle.read(_MAX_FILE_BYTES + 1)
+        except FileNotFoundError:
+            raise TopologyError(f"{path}: topology file not found") from None
+        except IsADirectoryError:
+            raise TopologyError(f"{path}: is a folder, not a topology file") from None
+        except OSError as err:
+            raise TopologyError(f"{path}: cannot read: {err.strerror or err}") from None
+        return str(path), data
+    if not name_or_path or not all(ch.isalnum() or ch in "-_." for ch in name_or_path):
+        raise TopologyError(f"invalid topology name {name_or_path!r}")
+    checkout = _source_checkout_dir()
+    if checkout is not None and (checkout / f"{name_or_path}.toml").is_file():
+        found = checkout / f"{name_or_path}.toml"
+        return str(found), found.read_bytes()
+    entry = resources.files("nuna.topology") / "data" / f"{name_or_path}.toml"
+    if entry.is_file():
+        return f"nuna/topology/data/{name_or_path}.toml", entry.read_bytes()
+    known = ", ".join(available_topologies()) or "none"
+    raise TopologyError(f"unknown topology {name_or_path!r} (known: {known}; or give a path to a .toml file)")
+
+
+def load_topology(name_or_path: str | Path = DEFAULT_TOPOLOGY) -> TopologySpec:
+    """Read and validate a topology by name (``'nuna-4die'``) or path; raise ``TopologyError``
+    naming the file and the key on any problem."""
+    where, data = _resolve(str(name_or_path))
+    if len(data) > _MAX_FILE_BYTES:
+        raise TopologyError(f"{where}: file larger than {_MAX_FILE_BYTES} bytes")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise TopologyError(f"{where}: not UTF-8 text") from None
+    return parse_topology(text, where)
+
+
+def parse_topology(text: str, where: str = "<string>") -> TopologySpec:
+    """Parse topology TOML ``text``; ``where`` names it in error messages."""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise TopologyError(f"{where}: TOML syntax error: {err}") from None
+    return _Parser(where).topology(doc)
+
+
+def default_topology() -> TopologySpec:
+    """The system the paper evaluates (``nuna-4die``)."""
+    return load_topology(DEFAULT_TOPOLOGY)
+
+
+class _Parser:
+    """Validation state of one file: where it is and the source notes collected so far."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        self.sources: list[tuple[str, str]] = []
+
+    def fail(self, key: str, problem: str) -> TopologyError:
+        return TopologyError(f"{self.where}: {key}: {problem}")
+
+    def topology(self, doc: Mapping[str, Any]) -> TopologySpec:
+        allowed = {"format", "name", "description", "chip", "scaleup"}
+        for key in doc:
+            if key not in allowed:
+                raise self.fail(key, f"unknown key (expected one of {', '.join(sorted(allowed))})")
+        for key in ("format", "name", "description", "chip", "scaleup"):
+            if key not in doc:
+                raise self.fail(key, "missing key")
+        if type(doc["format"]) is not int or doc["format"] != FORMAT_VERSION:
+            raise self.fail(
+                "format", f"unsupported format {doc['format']!r} (this nuna reads {FORMAT_VERSION})"
+            )
+        name = self.string(doc, "name")
+        description = self.string(doc, "description")
+        chip = self.chip(self.table(doc, "chip"))
+        scaleup = self.scaleup(self.table(doc, "scaleup"))
+        return TopologySpec(name, description, chip, scaleup, tuple(self.sources), self.where)
+
+    def string(self, doc: Mapping[str, Any], key: str) -> str:
+        value = doc[key]
+        if not isinstance(value, str) or not value.strip():
+            raise self.fail(key, "expected a non-empty string")
+        return value
+
+    def table(self, doc: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+        value = doc[key]
+        if not isinstance(value, dict):
+            raise self.fail(key, "expected a table")
+        return value
+
+    def entry(self, section: str, table: Mapping[str, Any], key: str) -> Any:
+        """The ``value`` of ``{ value = ..., source = "..." }`` at ``section.key``."""
+        dotted = f"{section}.{key}"
+        if key not in table:
+            raise self.fail(dotted, "missing key")
+        item = table[key]
+        if not isinstance(item, dict) or set(item) != {"value", "source"}:
+            raise self.fail(dotted, 'expected { value = ..., source = "..." }')
+        source = item["source"]
+        if not isinstance(source, str) or not source.strip():
+            raise self.fail(dotted, "source must be a non-empty string")
+        self.sources.append((dotted, source))
+        return item["value"]
+
+    def number(self, section: str, table: Mapping[str, Any], key: str, rule: _Key) -> float | int:
+        dotted = f"{section}.{key}"
+        value = self.entry(section, table, key)
+        if rule.type is int:
+            if type(value) is not int:
+                raise self.fail(dotted, f"expected an integer, got {value!r}")
+        elif type(value) not in (int, float):
+            raise self.fail(dotted, f"expected a number, got {value!r}")
+        if isinstance(value, float) and math.isnan(value):
+            raise self.fail(dotted, "nan is not allowed")
+        too_low = value <= rule.low if rule.low_open else value < rule.low
+        if too_low or value > rule.high:
+            low = f"> {rule.low:g}" if rule.low_open else f">= {rule.low:g}"
+            raise self.fail(dotted, f"value {value!r} out of range (must be {low} and <= {rule.high:g})")
+        return value if rule.type is int else float(value)
+
+    def numbers(
+        self, section: str, table: Mapping[str, Any], schema: Mapping[str, _Key], extra: tuple[str, ...]
+    ) -> dict[str, Any]:
+        for key in table:
+            if key not in schema and key not in extra:
+                raise self.fail(f"{section}.{key}", "unknown key")
+        return {key: self.number(section, table, key, rule) for key, rule in schema.items()}
+
+    def choice(self, section: str, table: Mapping[str, Any], key: str, options: tuple[str, ...]) -> str:
+        value = self.entry(section, table, key)
+        if value not in options:
+            raise self.fail(f"{section}.{key}", f"{value!r} is not one of {', '.join(options)}")
+        return str(value)
+
+    def chip(self, table: Mapping[str, Any]) -> ChipSpec:
+        kind = self.choice("chip", table, "kind", _CHIP_KINDS)
+        if kind == "flat":
+            v = self.numbers("chip", table, _CHIP_FLAT, ("kind",))
+            free, unlimited = 0.0, math.inf
+            cus = v.pop("cus")
+            v.update(
+                dies_x=1,
+                dies_y=1,
+                die_cols=1,
+                die_rows=1,
+                cus_per_router=cus,
+                io_ports=1,
+                hbm_stacks=1,
+                hbm_channels_per_stack=1,
+                noc_hop_latency_ns=free,
+                die_crossing_latency_ns=free,
+                cu_attach_latency_ns=free,
+                io_port_latency_ns=free,
+                hbm_attach_latency_ns=free,
+                noc_link_bandwidth_gbps=unlimited,
+                die_crossing_bandwidth_gbps=unlimited,
+                cu_link_bandwidth_gbps=unlimited,
+                io_port_bandwidth_gbps=unlimited,
+            )
+        else:
+            v = self.numbers("chip", table, _CHIP_MESH, ("kind",))
+        chip = ChipSpec(kind=kind, **v)
+        self.check_chip(chip)
+        return chip
+
+    def check_chip(self, chip: ChipSpec) -> None:
+        if chip.ports_left > chip.rows or chip.io_ports - chip.ports_left > chip.rows:
+            raise self.fail(
+                "chip.io_ports",
+                f"{chip.io_ports} ports do not fit one per router on the two "
+                f"short edges of {chip.rows} routers",
+            )
+        if chip.stacks_top > chip.cols or chip.hbm_stacks - chip.stacks_top > chip.cols:
+            raise self.fail(
+                "chip.hbm_stacks",
+                f"{chip.hbm_stacks} stacks do not fit one per router on the "
+                f"two long edges of {chip.cols} routers",
+            )
+        if chip.page_bytes & (chip.page_bytes - 1):
+            raise self.fail("chip.page_bytes", f"{chip.page_bytes} is not a power of two")
+        if chip.page_bytes % chip.address_hash_granularity_bytes:
+            raise self.fail(
+                "chip.address_hash_granularity_bytes",
+                f"{chip.address_hash_granularity_bytes} does not divide page_bytes {chip.page_bytes}",
+            )
+        if chip.page_bytes % chip.flit_bytes:
+            raise self.fail(
+                "chip.flit_bytes", f"{chip.flit_bytes} does not divide page_bytes {chip.page_bytes}"
+            )
+        if chip.hbm_stack_capacity_bytes % chip.page_bytes:
+            raise self.fail(
+                "chip.hbm_stack_capacity_bytes",
+                f"{chip.hbm_stack_capacity_bytes} is not a whole number of {chip.page_bytes}-byte pages",
+            )
+
+    def scaleup(self, table: Mapping[str, Any]) -> ScaleUpSpec:
+        kind = self.choice("scaleup", table, "kind", _SCALEUP_KINDS)
+        v = self.numbers("scaleup", table, _SCALEUP, ("kind",))
+        return ScaleUpSpec(kind=kind, **v)

@@ -1,0 +1,65 @@
+"""Fake point functions for the sweep runner's tests: deterministic, picklable, importable by name.
+
+The tests put this folder on ``sys.path`` (and ``PYTHONPATH`` for subprocesses), so the functions
+are named ``sweep_fake_points:<function>`` in specs. Behaviour switches come from environment
+variables, which worker processes inherit:
+
+- ``NUNA_FAKE_DELAY_S``: seconds every point sleeps (for the kill-and-resume test);
+- ``NUNA_FAKE_FAIL_GPUS``: points with this GPU count raise ``RuntimeError``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from typing import Any
+
+
+def _digest(point: dict[str, Any]) -> int:
+    text = json.dumps(point, sort_keys=True)
+    return int(hashlib.sha256(text.encode()).hexdigest()[:8], 16)
+
+
+def echo_point(point: dict[str, Any]) -> dict[str, Any]:
+    """A deterministic 'simulation': figures derived from the inputs, plus a wall-clock field."""
+    delay = float(os.environ.get("NUNA_FAKE_DELAY_S", "0"))
+    if delay:
+        time.sleep(delay)
+    fail_gpus = os.environ.get("NUNA_FAKE_FAIL_GPUS")
+    if fail_gpus and int(fail_gpus) == point["gpus"]:
+        raise RuntimeError(f"injected failure for {point['gpus']} GPUs")
+    return {
+        "time_ns": point["size_bytes"] / 100.0 + point["gpus"] * 10.0,
+        "digest": _digest(point),
+        "inputs_seen": sorted(point),
+        "timing": {"fake_delay_s": delay},
+    }
+
+
+def not_json_point(point: dict[str, Any]) -> dict[str, Any]:
+    """Returns something that is not JSON data."""
+    return {"value": {1, 2, 3}}
+
+
+def not_a_dict_point(point: dict[str, Any]) -> list[int]:
+    """Returns a list instead of a dict."""
+    return [1, 2]
+
+
+def nan_point(point: dict[str, Any]) -> dict[str, Any]:
+    """Returns NaN, which JSON cannot hold."""
+    return {"value": float("nan")}
+
+
+def mutating_point(point: dict[str, Any]) -> dict[str, Any]:
+    """Mutates its input; the recorded inputs must not change."""
+    point["gpus"] = -1
+    point.clear()
+    return {"ok": True}
+
+
+def env_point(point: dict[str, Any]) -> dict[str, Any]:
+    """Reports the thread-pool settings the worker runs with."""
+    return {"numba_threads": os.environ.get("NUMBA_NUM_THREADS")}

@@ -1,0 +1,119 @@
+"""``nuna sweep`` through the in-process CLI: exit codes, one-line errors, resume, retry."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nuna.experiments.spec import expand
+from nuna.experiments.sweep import load_results, load_sweep_spec
+
+GRID_HEAD = '[grid]\ncollectives = ["allgather"]\ngpus = [8]\n'
+
+
+@pytest.fixture(autouse=True)
+def _sweep_registered() -> None:
+    """Add the command to the root app until the lead wires sweep_cmds into nuna.cli."""
+    from nuna.cli import app, sweep_cmds
+
+    if not any(c.name == "sweep" for c in app.registered_commands):
+        sweep_cmds.register(app)
+
+
+def test_sweep_runs_resumes_and_reports(run_cli: Callable[..., Any], fake_points: str,
+                                        write_spec: Callable[..., Path], tmp_path: Path) -> None:
+    spec_path = write_spec()
+    total = len(expand(load_sweep_spec(spec_path)))
+    out = tmp_path / "out"
+    first = run_cli("sweep", spec_path, "-o", out, "--jobs", "2")
+    assert first.code == 0, first.err
+    assert f"{total} points, 0 already done, {total} ran ({total} ok, 0 failed)" in first.out
+    assert len(load_results(out)) == total
+    assert first.err == ""  # no progress bar when stderr is not a terminal
+
+    (out / "results" / sorted(p.name for p in (out / "results").iterdir())[0]).unlink()
+    second = run_cli("sweep", spec_path, "-o", out, "-j", "2", "--quiet")
+    assert second.code == 0
+    assert f"{total - 1} already done, 1 ran" in second.out
+
+
+def test_failures_exit_1_and_are_listed(run_cli: Callable[..., Any], fake_points: str,
+                                        write_spec: Callable[..., Path], tmp_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    spec_path = write_spec()
+    failing = [p for p in expand(load_sweep_spec(spec_path)) if p.gpus == 2]
+    out = tmp_path / "out"
+    monkeypatch.setenv("NUNA_FAKE_FAIL_GPUS", "2")
+    result = run_cli("sweep", spec_path, "-o", out, "-j", "2")
+    assert result.code == 1
+    failed_lines = [line for line in result.err.splitlines() if line.startswith("failed: ")]
+    assert len(failed_lines) == len(failing)
+    assert all("RuntimeError: injected failure for 2 GPUs" in line for line in failed_lines)
+    assert "--retry-failed" in result.err.splitlines()[-1]
+    assert "Traceback" not in result.err
+
+    again = run_cli("sweep", spec_path, "-o", out, "-j", "2")
+    assert again.code == 1
+    assert "0 ran" in again.out
+    assert "not retried" in again.err
+
+    monkeypatch.delenv("NUNA_FAKE_FAIL_GPUS")
+    dry = run_cli("sweep", spec_path, "-o", out, "--dry-run")
+    assert dry.code == 0
+    assert f"{len(failing)} failed, 0 pending" in dry.out
+    fixed = run_cli("sweep", spec_path, "-o", out, "-j", "2", "--retry-failed")
+    assert fixed.code == 0
+    assert f"{len(failing)} ran ({len(failing)} ok, 0 failed)" in fixed.out
+    index = json.loads((out / "index.json").read_text())
+    assert index["counts"]["ok"] == index["counts"]["total"]
+
+
+@pytest.mark.parametrize(("text", "fragment"), [
+    (GRID_HEAD + 'sizes = ["1XB"]\nconfigs = ["UA"]\n', "[grid] sizes[0]"),
+    (GRID_HEAD + 'sizes = ["1MB"]\n', "missing required key 'configs'"),
+    (GRID_HEAD + 'sizes = ["1MB"]\nconfigs = ["UA"]\nseed = 1\n', "unknown key 'seed'"),
+    ("[grid\n", "invalid TOML"),
+])
+def test_bad_spec_is_one_line_exit_1(run_cli: Callable[..., Any], write_spec: Callable[..., Path],
+                                     tmp_path: Path, text: str, fragment: str) -> None:
+    spec_path = write_spec(text)
+    result = run_cli("sweep", spec_path, "-o", tmp_path / "out")
+    assert result.code == 1
+    assert result.err.count("\n") == 1
+    assert result.err.startswith("nuna: error: ")
+    assert str(spec_path) in result.err
+    assert fragment in result.err
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_spec_and_unknown_point_function(run_cli: Callable[..., Any], write_spec: Callable[..., Path],
+                                                 tmp_path: Path) -> None:
+    missing = run_cli("sweep", tmp_path / "nope.toml", "-o", tmp_path / "out")
+    assert missing.code == 1
+    assert "nope.toml" in missing.err
+    assert missing.err.count("\n") == 1
+    spec_path = write_spec('[sweep]\npoint_function = "no_such_module_xyz:f"\n'
+                           + GRID_HEAD + 'sizes = ["1MB"]\nconfigs = ["UA"]\n')
+    bad = run_cli("sweep", spec_path, "-o", tmp_path / "out")
+    assert bad.code == 1
+    assert "no_such_module_xyz" in bad.err
+    assert bad.err.count("\n") == 1
+
+
+@pytest.mark.parametrize("args", [
+    ["--executor", "slurm"],
+    ["--jobs", "0"],
+    ["--scheduler", "tcp://127.0.0.1:1"],
+    ["--executor", "dask", "--scheduler", "tcp://127.0.0.1:1", "--jobs", "2"],
+])
+def test_usage_errors_exit_2(run_cli: Callable[..., Any], write_spec: Callable[..., Path], tmp_path: Path,
+                             args: list[str]) -> None:
+    result = run_cli("sweep", write_spec(), "-o", tmp_path / "out", *args)
+    assert result.code == 2
+    assert result.err.startswith("nuna: usage error: ")
+    assert result.err.count("\n") == 1
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,146 @@
+"""simulate_point: imports nothing heavy up front, wires the layers' documented interfaces, and
+turns a missing layer into a clear NunaError. The layers are replaced by recording stubs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nuna.errors import NunaError, SimulationError, UsageError
+from nuna.experiments.executors import Task, execute, resolve_point_function
+from nuna.experiments.spec import DEFAULT_POINT_FUNCTION, Point
+
+REPO = Path(__file__).resolve().parents[2]
+
+POINT = Point(collective="allgather", gpus=8, size_bytes=10**6, config="NAP+NAR", nar_granularity=4,
+              tbs_per_peer=3, topology="nuna-4die", gemm_bytes=0, algo="direct", packet_bytes="auto",
+              seed=5).as_dict()
+
+
+class _Plan:
+    def __init__(self, label: str, nar: int | None = None) -> None:
+        self.label = label
+        self.placement = types.SimpleNamespace(nar_granularity=nar)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Plan) and other.label == self.label
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class _Result:
+    def __init__(self, payload: dict[str, Any]) -> None:
+        self._payload = payload
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self._payload)
+
+
+@pytest.fixture
+def layers(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any]]:
+    """Stub plan/topology/passes/sim modules that record their calls."""
+    calls: list[tuple[str, Any]] = []
+
+    def generate(collective: str, ngpus: int, *, algo: str, tbs_per_peer: int) -> _Plan:
+        calls.append(("generate", (collective, ngpus, algo, tbs_per_peer)))
+        return _Plan("plan")
+
+    def load_topology(name: str) -> str:
+        calls.append(("load_topology", name))
+        return "topo"
+
+    def pass_context(topology: str, size_bytes: int) -> tuple[str, int]:
+        return (topology, size_bytes)
+
+    def apply_config(plan: _Plan, config: str, ctx: tuple[str, int], nar_granularity: int | str | None, *,
+                     seed: int) -> _Plan:
+        calls.append(("apply_config", (plan.label, config, ctx, nar_granularity, seed)))
+        return _Plan("plan+" + config, 6 if config.endswith("+NAR") else None)
+
+    def simulate(plan: _Plan, topology: str, size_bytes: int, *, packet_bytes: int | str,
+                 seed: int) -> _Result:
+        calls.append(("simulate", (plan.label, topology, size_bytes, packet_bytes, seed)))
+        return _Result({"time_ns": 1234.5, "wall_s": 0.7})
+
+    for name, attrs in {"nuna.plan.generate": {"generate": generate},
+                        "nuna.topology.spec": {"load_topology": load_topology},
+                        "nuna.passes": {"apply_config": apply_config, "PassContext": pass_context},
+                        "nuna.sim": {"simulate": simulate}}.items():
+        module = types.ModuleType(name)
+        for key, value in attrs.items():
+            setattr(module, key, value)
+        monkeypatch.setitem(sys.modules, name, module)
+    return calls
+
+
+def test_default_point_function_resolves_without_importing_the_layers() -> None:
+    code = ("import sys\nfrom nuna.experiments.executors import resolve_point_function\n"
+            f"resolve_point_function({DEFAULT_POINT_FUNCTION!r})\n"
+            "heavy = [m for m in ('nuna.sim', 'nuna.passes', 'nuna.topology', 'numba') if m in sys.modules]\n"
+            "print(','.join(heavy))\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_wires_generate_config_and_simulate(layers: list[tuple[str, Any]]) -> None:
+    simulate_point = resolve_point_function(DEFAULT_POINT_FUNCTION)
+    result = simulate_point(dict(POINT))
+    assert dict(layers) == {
+        "load_topology": "nuna-4die",
+        "generate": ("allgather", 8, "direct", 3),
+        "apply_config": ("plan", "NAP+NAR", ("topo", 10**6), 4, 5),
+        "simulate": ("plan+NAP+NAR", "topo", 10**6, "auto", 5),
+    }
+    assert result == {"time_ns": 1234.5, "timing": {"wall_s": 0.7}, "nar_granularity_used": 6}
+
+
+@pytest.mark.parametrize(("config", "granularity", "passed"), [
+    ("UA", None, None),              # every configuration goes through the passes, UA too
+    ("NAP+NAR", "heuristic", None),  # the passes' None is their heuristic
+    ("NAP+NAR", "auto", "auto"),
+    ("UA+NAR", 12, 12),
+])
+def test_granularity_is_translated_for_the_passes(layers: list[tuple[str, Any]], config: str,
+                                                  granularity: int | str | None,
+                                                  passed: int | str | None) -> None:
+    result = resolve_point_function(DEFAULT_POINT_FUNCTION)(POINT | {"config": config,
+                                                                      "nar_granularity": granularity})
+    assert dict(layers)["apply_config"][1] == config
+    assert dict(layers)["apply_config"][3] == passed
+    assert result["nar_granularity_used"] == (6 if config.endswith("+NAR") else None)
+
+
+def test_gemm_needs_a_simulator_that_takes_it(layers: list[tuple[str, Any]]) -> None:
+    with pytest.raises(UsageError, match="concurrent GEMM"):
+        resolve_point_function(DEFAULT_POINT_FUNCTION)(POINT | {"gemm_bytes": 4096})
+
+
+@pytest.mark.parametrize(("hidden", "named"), [
+    ("nuna.plan.generate", "nuna.plan.generate.generate"),
+    ("nuna.topology.spec", "nuna.topology.spec.load_topology"),
+    ("nuna.sim", "nuna.sim.simulate"),
+    ("nuna.passes", "nuna.passes.PassContext"),
+])
+def test_missing_layer_is_a_clear_nuna_error(layers: list[tuple[str, Any]], monkeypatch: pytest.MonkeyPatch,
+                                             hidden: str, named: str) -> None:
+    monkeypatch.setitem(sys.modules, hidden, None)  # makes `import hidden` raise ImportError
+    with pytest.raises(SimulationError, match=f"needs {named}"):
+        resolve_point_function(DEFAULT_POINT_FUNCTION)(dict(POINT))
+    # In a sweep this is the point's recorded failure, not a crash.
+    outcome = execute(Task("0" * 16, DEFAULT_POINT_FUNCTION, dict(POINT)))
+    assert not outcome.ok
+    assert outcome.error_type == "SimulationError"
+    assert named in outcome.error_message
+    assert issubclass(SimulationError, NunaError)
+
+
+def test_resolve_rejects_bad_names() -> None:
+    for name, fragment in [("nuna.experiments.points", "expected"), ("no_such_mod_q:f", "cannot import"),
+                           ("nuna.experiments.points:nope", "no function")]:
+        with pytest.raises(UsageError, match=fragment):
+            resolve_point_function(name)

@@ -1,0 +1,341 @@
+"""The sweep runner on the local process pool: results, resume, failures, determinism, SIGKILL.
+
+Point functions come from ``sweep_fake_points`` (this folder), so these tests need neither the
+simulator nor the passes; the fake computes a result from its inputs, which the tests recompute
+directly to check that the runner records exactly what the point function returned.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nuna.errors import InputError, UsageError
+from nuna.experiments.spec import expand, point_id
+from nuna.experiments.sweep import SweepProgress, load_results, load_sweep_spec, run_sweep, sweep_status
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _expected(point: dict[str, Any]) -> dict[str, Any]:
+    import sweep_fake_points
+
+    result = sweep_fake_points.echo_point(dict(point))
+    result.pop("timing")
+    return json.loads(json.dumps(result))
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())} if folder.is_dir() else {}
+
+
+def _compared(record: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in record.items() if k != "timing"}
+
+
+def test_clean_run_writes_one_correct_result_per_point(fake_points: str, write_spec: Callable[..., Path],
+                                                       tmp_path: Path) -> None:
+    spec = load_sweep_spec(write_spec())
+    out = tmp_path / "out"
+    summary = run_sweep(spec, out, jobs=2)
+    points = expand(spec)
+    assert (summary.total, summary.ran, summary.ok, summary.already_done) == (len(points), len(points),
+                                                                               len(points), 0)
+    assert summary.complete
+    assert not summary.failed
+    assert len(list((out / "results").iterdir())) == len(points)
+    for point in points:
+        pid = point_id(point.as_dict(), spec.point_function)
+        record = json.loads((out / "results" / f"{pid}.json").read_text())
+        assert record["id"] == pid
+        assert record["point"] == point.as_dict()
+        assert record["result"] == _expected(point.as_dict())
+        # The wall-clock figures live apart from the compared result.
+        assert "point_wall_s" in record["timing"]
+        assert "fake_delay_s" in record["timing"]
+        assert "timing" not in record["result"]
+    index = json.loads((out / "index.json").read_text())
+    assert index["counts"] == {"ok": len(points), "failed": 0, "pending": 0, "total": len(points)}
+    assert [e["point"] for e in index["points"]] == [p.as_dict() for p in points]
+    assert all(e["status"] == "ok" and (out / e["file"]).is_file() for e in index["points"])
+
+
+def test_rerun_skips_finished_points_and_rewrites_identical_index(
+        fake_points: str, write_spec: Callable[..., Path], tmp_path: Path) -> None:
+    spec = load_sweep_spec(write_spec())
+    out = tmp_path / "out"
+    run_sweep(spec, out, jobs=2)
+    before, index = _files(out / "results"), (out / "index.json").read_bytes()
+    again = run_sweep(spec, out, jobs=2)
+    assert (again.ran, again.already_done, again.ok) == (0, again.total, again.total)
+    assert _files(out / "results") == before
+    assert (out / "index.json").read_bytes() == index
+
+
+def test_index_and_results_do_not_depend_on_parallelism(
+        fake_points: str, write_spec: Callable[..., Path], tmp_path: Path) -> None:
+    spec = load_sweep_spec(write_spec())
+    run_sweep(spec, tmp_path / "one", jobs=1)
+    run_sweep(spec, tmp_path / "two", jobs=2)
+    assert (tmp_path / "one" / "index.json").read_bytes() == (tmp_path / "two" / "index.json").read_bytes()
+    one, two = load_results(tmp_path / "one"), load_results(tmp_path / "two")
+    assert [_compared(r) for r in one] == [_compared(r) for r in two]
+
+
+def test_resume_recomputes_only_missing_and_damaged_points(
+        fake_points: str, write_spec: Callable[..., Path], tmp_path: Path) -> None:
+    spec = load_sweep_spec(write_spec())
+    out = tmp_path / "out"
+    run_sweep(spec, out, jobs=2)
+    clean = {name: json.loads(data) for name, data in _files(out / "results").items()}
+    index = (out / "index.json").read_bytes()
+    names = sorted(clean)
+    (out / "results" / names[0]).unlink()                                   # lost
+    (out / "results" / names[1]).write_text('{"format": "nuna-sweep-res')   # truncated
+    # A valid record of another point under this name must not be trusted either.
+    (out / "results" / names[2]).write_bytes((out / "results" / names[3]).read_bytes())
+    (out / "results" / f".{names[4]}.abc123.tmp").write_text("half")        # a killed writer's leftover
+    summary = run_sweep(spec, out, jobs=2)
+    assert summary.ran == 3
+    assert summary.unusable == 2
+    assert summary.complete
+    assert {n: _compared(json.loads(d)) for n, d in _files(out / "results").items()} == {
+        n: _compared(r) for n, r in clean.items()}
+    assert (out / "index.json").read_bytes() == index
+
+
+def test_failures_are_recorded_listed_and_retried_only_on_request(
+        fake_points: str, write_spec: Callable[..., Path], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = load_sweep_spec(write_spec())
+    out = tmp_path / "out"
+    failing = {point_id(p.as_dict(), spec.point_function) for p in expand(spec) if p.gpus == 8}
+    monkeypatch.setenv("NUNA_FAKE_FAIL_GPUS", "8")
+    first = run_sweep(spec, out, jobs=2)
+    assert {f.point_id for f in first.failed} == failing
+    assert all(f.this_run and f.error_type == "RuntimeError" and "injected failure" in f.message
+               for f in first.failed)
+    assert first.ok == first.total - len(failing)
+    assert not first.complete
+    for pid in failing:
+        record = json.loads((out / "failures" / f"{pid}.json").read_text())
+        assert record["error"]["type"] == "RuntimeError"
+        assert "Traceback" in record["error"]["traceback"]
+        assert not (out / "results" / f"{pid}.json").exists()
+    index = json.loads((out / "index.json").read_text())
+    assert index["counts"]["failed"] == len(failing)
+    assert {e["id"] for e in index["points"] if e["status"] == "failed"} == failing
+
+    # Without --retry-failed a failed point is not rerun (the cause is probably deterministic).
+    monkeypatch.delenv("NUNA_FAKE_FAIL_GPUS")
+    second = run_sweep(spec, out, jobs=2)
+    assert second.ran == 0
+    assert {f.point_id for f in second.failed} == failing
+    assert not any(f.this_run for f in second.failed)
+
+    third = run_sweep(spec, out, jobs=2, retry_failed=True)
+    assert third.ran == len(failing)
+    assert third.complete
+    assert not third.failed
+    assert list((out / "failures").iterdir()) == []
+    clean = tmp_path / "clean"
+    run_sweep(spec, clean, jobs=2)
+    assert (out / "index.json").read_bytes() == (clean / "index.json").read_bytes()
+
+
+@pytest.mark.parametrize(("function", "message"), [
+    ("not_json_point", "not JSON data"),
+    ("nan_point", "not JSON data"),
+    ("not_a_dict_point", "expected a dict"),
+])
+def test_results_that_are_not_json_objects_fail_the_point(
+        fake_points: str, write_spec: Callable[..., Path], tmp_path: Path, function: str,
+        message: str) -> None:
+    text = (f'[sweep]\npoint_function = "sweep_fake_points:{function}"\n'
+            '[grid]\ncollectives = ["allgather"]\ngpus = [2, 4]\nsizes = ["1MB"]\nconfigs = ["UA"]\n')
+    summary = run_sweep(load_sweep_spec(write_spec(text)), tmp_path / "out", jobs=1)
+    assert len(summary.failed) == 2
+    assert summary.ok == 0
+    assert all(f.error_type == "TypeError" and message in f.message for f in summary.failed)
+
+
+def test_point_function_cannot_change_the_recorded_inputs(
+        fake_points: str, write_spec: Callable[..., Path], tmp_path: Path) -> None:
+    text = ('[sweep]\npoint_function = "sweep_fake_points:mutating_point"\n'
+            '[grid]\ncollectives = ["allgather"]\ngpus = [2]\nsizes = ["1MB"]\nconfigs = ["UA"]\n')
+    spec = load_sweep_spec(write_spec(text))
+    run_sweep(spec, tmp_path / "out", jobs=1)
+    (record,) = load_results(tmp_path / "out")
+    assert record["point"] == expand(spec)[0].as_dict()
+
+
+def test_progress_reports_start_then_every_point(
+        fake_points: str, write_spec: Callable[..., Path], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = load_sweep_spec(write_spec())
+    out = tmp_path / "out"
+    run_sweep(spec, out, jobs=2)
+    for path in sorted((out / "results").iterdir())[:5]:
+        path.unlink()
+    monkeypatch.setenv("NUNA_FAKE_FAIL_GPUS", "2")
+    events: list[SweepProgress] = []
+    run_sweep(spec, out, jobs=2, progress=events.append)
+    assert events[0].kind == "start"
+    assert events[0].to_run == 5
+    assert events[0].total == len(expand(spec))
+    assert [e.kind for e in events[1:]] == ["point"] * 5
+    assert [e.completed for e in events[1:]] == [1, 2, 3, 4, 5]
+    failed = [e for e in events[1:] if e.status == "failed"]
+    assert events[-1].failed == len(failed)
+    assert len({e.point_id for e in events[1:]}) == 5
+
+
+def test_status_reports_without_writing(fake_points: str, write_spec: Callable[..., Path],
+                                        tmp_path: Path) -> None:
+    spec = load_sweep_spec(write_spec())
+    out = tmp_path / "out"
+    status = sweep_status(spec, out)
+    assert (status.pending, status.ok) == (status.total, 0)
+    assert not out.exists()
+    run_sweep(spec, out, jobs=2)
+    sorted((out / "results").iterdir())[0].unlink()
+    status = sweep_status(spec, out)
+    assert (status.pending, status.ok) == (1, status.total - 1)
+
+
+def test_bad_options_and_function_fail_before_writing(
+        fake_points: str, write_spec: Callable[..., Path], tmp_path: Path) -> None:
+    spec = load_sweep_spec(write_spec())
+    out = tmp_path / "out"
+    for kwargs in ({"executor": "slurm"}, {"jobs": 0}, {"scheduler": "tcp://h:1"},
+                   {"executor": "dask", "scheduler": "tcp://h:1", "jobs": 2}):
+        with pytest.raises(UsageError):
+            run_sweep(spec, out, **kwargs)
+    missing = load_sweep_spec(write_spec(
+        '[sweep]\npoint_function = "sweep_fake_points:nope"\n'
+        '[grid]\ncollectives = ["allgather"]\ngpus = [2]\nsizes = ["1MB"]\nconfigs = ["UA"]\n',
+        name="m.toml"))
+    with pytest.raises(UsageError, match="has no function 'nope'"):
+        run_sweep(missing, out)
+    assert not out.exists()
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(InputError, match="not a folder"):
+        run_sweep(spec, tmp_path / "file", jobs=1)
+
+
+def test_a_second_sweep_on_a_busy_folder_is_refused(
+        fake_points: str, write_spec: Callable[..., Path], tmp_path: Path) -> None:
+    import fcntl
+
+    spec = load_sweep_spec(write_spec())
+    out = tmp_path / "out"
+    out.mkdir()
+    with open(out / ".lock", "a+b") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        with pytest.raises(UsageError, match="another sweep"):
+            run_sweep(spec, out, jobs=1)
+    assert run_sweep(spec, out, jobs=2).complete
+
+
+def test_load_results_needs_a_sweep_folder(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="not a sweep output folder"):
+        load_results(tmp_path)
+    (tmp_path / "index.json").write_text('{"format": "nuna-sweep-index/1", "points": 3}')
+    with pytest.raises(InputError, match="malformed"):
+        load_results(tmp_path)
+
+
+def test_sigkill_mid_sweep_then_rerun_loses_nothing(
+        fake_points: str, write_spec: Callable[..., Path], tmp_path: Path) -> None:
+    spec_path = write_spec()
+    spec = load_sweep_spec(spec_path)
+    total = len(expand(spec))
+    killed = tmp_path / "killed"
+    driver = ("import sys\nfrom nuna.experiments.sweep import load_sweep_spec, run_sweep\n"
+              "run_sweep(load_sweep_spec(sys.argv[1]), sys.argv[2], jobs=2)\n")
+    env = os.environ | {"NUNA_FAKE_DELAY_S": "0.1"}
+    # A session of its own, so that the kill takes the driver and its workers at once, as a
+    # batch system or an out-of-memory killer would.
+    log = tmp_path / "driver.log"
+    with open(log, "wb") as stderr:
+        proc = subprocess.Popen([sys.executable, "-c", driver, str(spec_path), str(killed)], cwd=REPO,
+                                env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=stderr)
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                done = len(list((killed / "results").glob("*.json"))) if (killed / "results").is_dir() else 0
+                if done >= 4 or proc.poll() is not None:
+                    break
+                time.sleep(0.02)
+            os.killpg(proc.pid, signal.SIGKILL)
+        finally:
+            proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL, log.read_text()
+    finished_before = len(list((killed / "results").glob("*.json")))
+    assert 4 <= finished_before < total, "the sweep must be killed mid-way"
+
+    resumed = run_sweep(spec, killed, jobs=2)
+    assert resumed.complete
+    assert resumed.ran == total - finished_before
+    assert not list(killed.rglob("*.tmp"))
+    clean = tmp_path / "clean"
+    run_sweep(spec, clean, jobs=2)
+    assert (killed / "index.json").read_bytes() == (clean / "index.json").read_bytes()
+    killed_records = {r["id"]: _compared(r) for r in load_results(killed)}
+    assert killed_records == {r["id"]: _compared(r) for r in load_results(clean)}
+    assert len(killed_records) == total
+
+
+def test_interrupt_stops_points_in_flight_and_leaves_them_pending(
+        fake_points: str, write_spec: Callable[..., Path], tmp_path: Path) -> None:
+    spec_path = write_spec()
+    out = tmp_path / "out"
+    driver = ("import sys\nfrom nuna.experiments.sweep import load_sweep_spec, run_sweep\n"
+              "try:\n    run_sweep(load_sweep_spec(sys.argv[1]), sys.argv[2], jobs=2)\n"
+              "except KeyboardInterrupt:\n    sys.exit(130)\n")
+    # Every point would take a minute: only terminating the workers lets the driver stop quickly.
+    env = os.environ | {"NUNA_FAKE_DELAY_S": "60"}
+    proc = subprocess.Popen([sys.executable, "-c", driver, str(spec_path), str(out)], cwd=REPO, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while not (out / "index.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.5)  # the workers are starting or already running points
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert code == 130
+    index = json.loads((out / "index.json").read_text())
+    assert index["counts"]["pending"] == index["counts"]["total"]
+    assert not list((out / "results").iterdir())
+    assert not list((out / "failures").iterdir())  # an interrupt is not a failure of the point
+
+
+def test_workers_share_the_cores_between_their_thread_pools(
+        fake_points: str, write_spec: Callable[..., Path], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from nuna.experiments.executors import default_jobs
+
+    monkeypatch.delenv("NUMBA_NUM_THREADS", raising=False)
+    text = ('[sweep]\npoint_function = "sweep_fake_points:env_point"\n'
+            '[grid]\ncollectives = ["allgather"]\ngpus = [2, 4]\nsizes = ["1MB"]\nconfigs = ["UA"]\n')
+    spec = load_sweep_spec(write_spec(text))
+    run_sweep(spec, tmp_path / "a", jobs=2)
+    share = str(max(1, default_jobs() // 2))
+    assert {r["result"]["numba_threads"] for r in load_results(tmp_path / "a")} == {share}
+    monkeypatch.setenv("NUMBA_NUM_THREADS", "3")  # the user's choice wins
+    run_sweep(spec, tmp_path / "b", jobs=2)
+    assert {r["result"]["numba_threads"] for r in load_results(tmp_path / "b")} == {"3"}

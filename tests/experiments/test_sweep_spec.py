@@ -1,0 +1,270 @@
+"""Sweep specs: validation messages, expansion (count, order, uniqueness) and point identity."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nuna.errors import InputError
+from nuna.experiments.spec import (
+    AUTO,
+    CONFIGS,
+    DEFAULT_POINT_FUNCTION,
+    HEURISTIC,
+    Point,
+    SweepSpec,
+    config_uses_nar,
+    expand,
+    load_sweep_spec,
+    parse_sweep_spec,
+    point_id,
+)
+
+BASE: dict[str, Any] = {
+    "grid": {"collectives": ["allgather"], "gpus": [8], "sizes": ["1MB"], "configs": ["UA"]},
+}
+
+
+def _with(section: str, key: str, value: Any) -> dict[str, Any]:
+    data = {name: dict(table) for name, table in BASE.items()}
+    data.setdefault(section, {})[key] = value
+    return data
+
+
+# --- loading and defaults ---------------------------------------------------------------------
+
+
+def test_minimal_spec_gets_documented_defaults(write_spec: Callable[..., Path]) -> None:
+    path = write_spec('[grid]\ncollectives = ["allgather"]\ngpus = [8]\nsizes = ["1MB"]\nconfigs = ["UA"]\n',
+                      name="mini.toml")
+    spec = load_sweep_spec(path)
+    assert spec.name == "mini"
+    assert spec.point_function == DEFAULT_POINT_FUNCTION
+    assert spec.sizes_bytes == (1_000_000,)
+    assert (spec.topologies, spec.tbs_per_peer, spec.gemm_bytes) == (("nuna-4die",), (1,), (0,))
+    assert spec.nar_granularities == (HEURISTIC,)
+    assert (spec.algo, spec.packet_bytes, spec.seed) == ("direct", 256, 0)
+
+
+def test_values_are_normalised() -> None:
+    data = _with("grid", "collectives", ["reduce_scatter", "AllGather"])
+    data["grid"] |= {"configs": ["nap+nar", "ua"], "sizes": ["1MiB", 4096, "100kB"],
+                     "gemm_sizes": ["none", "4MB"], "gpus": 8, "nar_granularities": [AUTO, 4]}
+    data["fixed"] = {"packet_bytes": "auto", "seed": 7, "algo": "ring"}
+    spec = parse_sweep_spec(data)
+    assert spec.collectives == ("reducescatter", "allgather")
+    assert spec.configs == ("NAP+NAR", "UA")
+    assert spec.sizes_bytes == (2**20, 4096, 100_000)
+    assert spec.gemm_bytes == (0, 4_000_000)
+    assert spec.gpus == (8,)
+    assert spec.nar_granularities == (AUTO, 4)
+    assert (spec.packet_bytes, spec.seed, spec.algo) == (AUTO, 7, "ring")
+
+
+def test_topology_paths_resolve_against_the_spec_folder(write_spec: Callable[..., Path],
+                                                        tmp_path: Path) -> None:
+    path = write_spec('[grid]\ncollectives = ["allgather"]\ngpus = [8]\nsizes = ["1MB"]\nconfigs = ["UA"]\n'
+                      'topologies = ["nuna-4die", "chips/mine.toml"]\n')
+    spec = load_sweep_spec(path)
+    assert spec.topologies == ("nuna-4die", str((tmp_path / "chips" / "mine.toml").resolve()))
+
+
+# --- validation: one clear InputError naming the file and the key ------------------------------
+
+BAD_VALUES = [
+    ("grid", "collectives", ["allgatherr"], "collectives[0]"),
+    ("grid", "collectives", [], "collectives"),
+    ("grid", "gpus", [1], "gpus[0]"),
+    ("grid", "gpus", [8.0], "gpus[0]"),
+    ("grid", "gpus", [True], "gpus[0]"),
+    ("grid", "gpus", [8, 8], "gpus[1]"),
+    ("grid", "sizes", ["10QB"], "sizes[0]"),
+    ("grid", "sizes", ["1MB", 1_000_000], "sizes[1]"),
+    ("grid", "sizes", [0], "sizes[0]"),
+    ("grid", "sizes", ["-5kB"], "sizes[0]"),
+    ("grid", "configs", ["NAP+NAP"], "configs[0]"),
+    ("grid", "nar_granularities", [0], "nar_granularities[0]"),
+    ("grid", "nar_granularities", ["many"], "nar_granularities[0]"),
+    ("grid", "tbs_per_peer", [0], "tbs_per_peer[0]"),
+    ("grid", "topologies", [""], "topologies[0]"),
+    ("grid", "gemm_sizes", [-1], "gemm_sizes[0]"),
+    ("fixed", "algo", "tree", "[fixed] algo"),
+    ("fixed", "packet_bytes", 0, "[fixed] packet_bytes"),
+    ("fixed", "packet_bytes", "big", "[fixed] packet_bytes"),
+    ("fixed", "seed", -1, "[fixed] seed"),
+    ("sweep", "point_function", "nuna.experiments.points.simulate_point", "[sweep] point_function"),
+    ("sweep", "point_function", "not a module:f", "[sweep] point_function"),
+    ("sweep", "name", "", "[sweep] name"),
+]
+
+
+@pytest.mark.parametrize(("section", "key", "value", "where"), BAD_VALUES)
+def test_bad_values_name_file_and_key(section: str, key: str, value: Any, where: str) -> None:
+    with pytest.raises(InputError) as info:
+        parse_sweep_spec(_with(section, key, value), source="bad.toml")
+    message = str(info.value)
+    assert message.startswith("bad.toml: ")
+    assert where in message
+    assert "\n" not in message
+
+
+def test_unknown_key_is_named_with_a_suggestion() -> None:
+    with pytest.raises(InputError, match=r"bad.toml: \[grid\]: unknown key 'size'.*did you mean 'sizes'"):
+        parse_sweep_spec(_with("grid", "size", ["1MB"]), source="bad.toml")
+
+
+def test_unknown_section_is_named() -> None:
+    data = dict(BASE) | {"grids": {}}
+    with pytest.raises(InputError, match=r"bad\.toml: unknown section or top-level key 'grids'"):
+        parse_sweep_spec(data, source="bad.toml")
+
+
+@pytest.mark.parametrize("key", ["collectives", "gpus", "sizes", "configs"])
+def test_missing_required_key_is_named(key: str) -> None:
+    data = {"grid": {k: v for k, v in BASE["grid"].items() if k != key}}
+    with pytest.raises(InputError, match=rf"bad.toml: \[grid\]: missing required key '{key}'"):
+        parse_sweep_spec(data, source="bad.toml")
+
+
+def test_missing_grid_and_non_table_section() -> None:
+    with pytest.raises(InputError, match="missing section"):
+        parse_sweep_spec({"sweep": {}}, source="bad.toml")
+    with pytest.raises(InputError, match=r"\[fixed\] must be a table"):
+        parse_sweep_spec(dict(BASE) | {"fixed": 3}, source="bad.toml")
+
+
+def test_file_errors_name_the_file(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="no such sweep spec file"):
+        load_sweep_spec(tmp_path / "missing.toml")
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[grid\ncollectives = ", encoding="utf-8")
+    with pytest.raises(InputError, match=r"broken.toml: invalid TOML"):
+        load_sweep_spec(broken)
+    binary = tmp_path / "binary.toml"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(InputError, match=r"binary\.toml"):
+        load_sweep_spec(binary)
+
+
+@settings(max_examples=60, deadline=None)
+@given(key=st.text(alphabet="abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=12),
+       section=st.sampled_from(["sweep", "grid", "fixed"]))
+def test_any_unknown_key_is_rejected_by_name(key: str, section: str) -> None:
+    known = {"name", "point_function", "collectives", "gpus", "sizes", "configs", "nar_granularities",
+             "tbs_per_peer", "topologies", "gemm_sizes", "algo", "packet_bytes", "seed"}
+    if key in known:
+        return
+    with pytest.raises(InputError) as info:
+        parse_sweep_spec(_with(section, key, 1), source="x.toml")
+    assert f"[{section}]: unknown key {key!r}" in str(info.value)
+
+
+# --- expansion ---------------------------------------------------------------------------------
+
+grids = st.fixed_dictionaries({
+    "collectives": st.lists(st.sampled_from(["allgather", "allreduce", "reducescatter", "alltoall"]),
+                            min_size=1, max_size=4, unique=True),
+    "gpus": st.lists(st.integers(2, 64), min_size=1, max_size=3, unique=True),
+    "sizes": st.lists(st.integers(1, 10**9), min_size=1, max_size=3, unique=True),
+    "configs": st.lists(st.sampled_from(CONFIGS), min_size=1, max_size=8, unique=True),
+    "nar_granularities": st.lists(st.sampled_from([AUTO, HEURISTIC, 1, 2, 3, 4, 6, 12]), min_size=1,
+                                  max_size=4, unique=True),
+    "tbs_per_peer": st.lists(st.integers(1, 144), min_size=1, max_size=2, unique=True),
+    "topologies": st.lists(st.sampled_from(["nuna-4die", "mi300x-like", "flat-switch"]),
+                           min_size=1, max_size=2, unique=True),
+    "gemm_sizes": st.lists(st.integers(0, 10**8), min_size=1, max_size=2, unique=True),
+})
+
+
+@settings(max_examples=80, deadline=None)
+@given(grid=grids)
+def test_expand_count_order_and_uniqueness(grid: dict[str, list[Any]]) -> None:
+    spec = parse_sweep_spec({"grid": grid})
+    points = expand(spec)
+    # Independent count: a configuration without NAR contributes one point per other combination.
+    per_config = sum(len(grid["nar_granularities"]) if c.endswith("+NAR") else 1 for c in grid["configs"])
+    others = math.prod(len(grid[k]) for k in ("collectives", "gpus", "sizes", "tbs_per_peer", "topologies",
+                                               "gemm_sizes"))
+    assert len(points) == per_config * others
+    assert len(set(points)) == len(points)
+    assert expand(spec) == points
+    ids = [point_id(p.as_dict(), spec.point_function) for p in points]
+    assert len(set(ids)) == len(ids)
+    for p in points:
+        assert p.collective in grid["collectives"]
+        assert p.gpus in grid["gpus"]
+        assert p.size_bytes in grid["sizes"]
+        assert p.config in grid["configs"]
+        assert (p.nar_granularity is None) == (not config_uses_nar(p.config))
+        assert p.nar_granularity is None or p.nar_granularity in grid["nar_granularities"]
+    # Topologies are the outermost dimension, sizes nest outside configs: file order is kept.
+    topo_rank = [grid["topologies"].index(p.topology) for p in points]
+    assert topo_rank == sorted(topo_rank)
+    first = [p for p in points if p.topology == points[0].topology and p.collective == points[0].collective
+             and p.gpus == points[0].gpus]
+    size_rank = [grid["sizes"].index(p.size_bytes) for p in first]
+    assert size_rank == sorted(size_rank)
+
+
+def test_expand_keeps_file_order_within_a_dimension() -> None:
+    spec = parse_sweep_spec(_with("grid", "sizes", ["1GB", "100kB", "10MB"]))
+    assert [p.size_bytes for p in expand(spec)] == [10**9, 10**5, 10**7]
+
+
+# --- point identity ------------------------------------------------------------------------------
+
+POINT = Point(collective="allgather", gpus=8, size_bytes=10**6, config="NAP+NAR", nar_granularity=4,
+              tbs_per_peer=1, topology="nuna-4die", gemm_bytes=0, algo="direct", packet_bytes=256, seed=0)
+
+changes = st.sampled_from([
+    ("collective", "allreduce"), ("gpus", 16), ("size_bytes", 10**6 + 1), ("config", "NAP*+NAR"),
+    ("nar_granularity", AUTO), ("nar_granularity", 12), ("tbs_per_peer", 2), ("topology", "mi300x-like"),
+    ("gemm_bytes", 1), ("algo", "ring"), ("packet_bytes", AUTO), ("seed", 1),
+])
+
+
+@settings(max_examples=40, deadline=None)
+@given(change=changes)
+def test_point_id_depends_on_every_input(change: tuple[str, Any]) -> None:
+    field_name, value = change
+    other = dataclasses.replace(POINT, **{field_name: value})
+    assert point_id(other.as_dict(), "m:f") != point_id(POINT.as_dict(), "m:f")
+
+
+def test_point_id_depends_on_function_and_version_not_key_order() -> None:
+    base = point_id(POINT.as_dict(), "m:f", "0.1.0")
+    assert point_id(POINT.as_dict(), "m:g", "0.1.0") != base
+    assert point_id(POINT.as_dict(), "m:f", "0.1.1") != base
+    reordered = dict(reversed(list(POINT.as_dict().items())))
+    assert point_id(reordered, "m:f", "0.1.0") == base
+    assert len(base) == 16
+    assert int(base, 16) >= 0
+
+
+def test_as_dict_names_every_field_and_is_json_data() -> None:
+    import json
+
+    data = POINT.as_dict()
+    assert set(data) == {f.name for f in dataclasses.fields(Point)}
+    assert json.loads(json.dumps(data)) == data
+
+
+def test_spec_equality_ignores_source() -> None:
+    a = parse_sweep_spec(BASE, source="a.toml")
+    b = parse_sweep_spec(BASE, source="b.toml")
+    assert a == b
+    assert isinstance(a, SweepSpec)
+
+
+def test_shipped_quick_spec_is_valid_and_small() -> None:
+    path = Path(__file__).resolve().parents[2] / "scripts" / "sweeps" / "quick.toml"
+    spec = load_sweep_spec(path)
+    assert spec.point_function == DEFAULT_POINT_FUNCTION
+    assert 24 <= len(expand(spec)) <= 60  # "a few dozen points"

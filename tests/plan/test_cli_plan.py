@@ -1,0 +1,187 @@
+"""The plan commands through the CLI: validate, info and dag (outputs checked against the
+library, exit codes, usage errors)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import networkx as nx
+import pytest
+
+from nuna.plan.dag import build_dag
+from nuna.plan.verify import summarize, verify
+from nuna.plan.xml import load, load_with_source
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted((REPO / "plans").glob("*.xml"))
+FIG7 = REPO / "plans" / "fig7_allgather_n2_c2.xml"
+SCRATCH = REPO / "plans" / "allreduce_scratch_n2.xml"
+HAVE_SEMANTICS = importlib.util.find_spec("nuna.plan.semantics") is not None
+needs_semantics = pytest.mark.skipif(not HAVE_SEMANTICS, reason="nuna.plan.semantics not written yet")
+
+
+@pytest.fixture
+def old_header(tmp_path: Path) -> Path:
+    """FIG7 without the newer header attributes (as microsoft/msccl-tools writes it)."""
+    path = tmp_path / "old.xml"
+    path.write_text(FIG7.read_text().replace(' outofplace="0" minBytes="0" maxBytes="0"', ""))
+    return path
+
+
+@pytest.fixture
+def dangling(tmp_path: Path) -> Path:
+    path = tmp_path / "dangling.xml"
+    path.write_text(SCRATCH.read_text().replace('depid="1" deps="1"', 'depid="6" deps="1"', 1))
+    return path
+
+
+@needs_semantics
+def test_validate_examples(run_cli) -> None:
+    res = run_cli("validate", *map(str, EXAMPLES))
+    assert res.code == 0
+    assert res.err == ""
+    lines = res.out.splitlines()
+    assert len(lines) == len(EXAMPLES)
+    for path, line in zip(EXAMPLES, lines, strict=True):
+        plan = load(path)
+        steps = sum(len(tb.steps) for g in plan.gpus for tb in g.threadblocks)
+        assert line.startswith(f"{path}: ok: {plan.coll_xml}, {plan.ngpus} GPUs")
+        assert f"{steps} steps (0 warnings)" in line
+
+
+@needs_semantics
+def test_validate_reports_each_plan_and_fails_if_any_is_invalid(run_cli, dangling: Path,
+                                                                 old_header: Path) -> None:
+    res = run_cli("validate", str(FIG7), str(dangling), str(old_header))
+    assert res.code == 1
+    out = res.out.splitlines()
+    assert out[0].startswith(f"{FIG7}: ok")
+    assert out[1] == f"{dangling}: invalid (1 error, 0 warnings)"
+    assert out[2].startswith(f"{old_header}: ok")
+    assert out[3].startswith(f"warning: {old_header}:1: <algo>: outofplace, minBytes, maxBytes absent")
+    assert res.err == f"nuna: error: {dangling}:6: gpu 0 tb 0 step 2: depid 6 names no threadblock on gpu 0\n"
+
+
+@needs_semantics
+def test_validate_json(run_cli, dangling: Path, old_header: Path) -> None:
+    res = run_cli("validate", "--json", str(dangling), str(old_header))
+    assert res.code == 1
+    payload = json.loads(res.out)
+    assert payload["ok"] is False
+    assert payload["strict"] is False
+    assert [p["path"] for p in payload["plans"]] == [str(dangling), str(old_header)]
+    for entry in payload["plans"]:
+        plan, source = load_with_source(entry["path"])
+        expected = verify(plan, source=source).to_dict()
+        assert {k: entry[k] for k in expected} == expected
+    summary = {"collective": "allgather", "ngpus": 2, "threadblocks": 4, "steps": 8}
+    assert payload["plans"][1]["summary"] == summary
+    # deterministic bytes
+    assert run_cli("validate", "--json", str(dangling), str(old_header)).out == res.out
+
+
+@needs_semantics
+def test_validate_strict_turns_warnings_into_errors(run_cli, old_header: Path) -> None:
+    assert run_cli("validate", str(old_header)).code == 0
+    res = run_cli("validate", "--strict", str(old_header))
+    assert res.code == 1
+    assert "outofplace, minBytes, maxBytes absent" in res.err
+
+
+def test_validate_needs_a_plan(run_cli) -> None:
+    res = run_cli("validate")
+    assert res.code == 2
+    assert res.err.count("\n") == 1
+
+
+def test_info_text(run_cli) -> None:
+    res = run_cli("info", str(FIG7), "--size", "1MB")
+    assert res.code == 0
+    assert res.err == ""
+    out = res.out
+    assert "collective: allgather" in out
+    assert "GPUs: 2  channels: 2  chunks per loop: 4" in out
+    assert "threadblocks per GPU: 2 (total 4)" in out
+    assert "steps: 8 (s 4, r 4)" in out
+    assert "chunk: 250000 B" in out
+    s = summarize(load(FIG7), 10**6)
+    assert s.sent_bytes is not None
+    rows = [line.split() for line in out.splitlines() if line.split()[:1] in (["0"], ["1"])]
+    assert [int(r[1]) for r in rows] == list(s.sent_bytes)
+    assert [int(r[2]) for r in rows] == list(s.received_bytes or ())
+    total = next(line.split() for line in out.splitlines() if line.split()[:1] == ["total"])
+    assert int(total[1]) == sum(s.sent_bytes) == 2 * 500000
+
+
+def test_info_json_matches_the_library(run_cli, old_header: Path) -> None:
+    res = run_cli("info", str(old_header), "--size", "4KiB", "--json")
+    assert res.code == 0
+    payload = json.loads(res.out)
+    expected = summarize(load(old_header), 4096).to_dict()
+    assert {k: payload[k] for k in expected} == expected
+    assert payload["chunk_bytes"] == 1024
+    assert len(payload["warnings"]) == 1
+    assert "outofplace, minBytes, maxBytes absent" in payload["warnings"][0]
+
+
+def test_info_reports_defaulted_attributes(run_cli, old_header: Path) -> None:
+    res = run_cli("info", str(old_header))
+    assert res.code == 0
+    assert "warning: " in res.out
+    assert "defaulted to outofplace=0 minBytes=0 maxBytes=0" in res.out
+
+
+@pytest.mark.parametrize("size", ["1XB", "-5", "abc", "0"])
+def test_info_bad_size_is_a_usage_error(run_cli, size: str) -> None:
+    res = run_cli("info", str(FIG7), "--size", size)
+    assert res.code == 2
+    assert res.err.count("\n") == 1
+    assert "Traceback" not in res.err
+
+
+def test_info_size_must_split_into_chunks(run_cli) -> None:
+    res = run_cli("info", str(FIG7), "--size", "1001")
+    assert res.code == 1
+    assert res.err == "nuna: error: size 1001 B is not a multiple of nchunksperloop=4 (try 1000 or 1004)\n"
+
+
+def test_dag_graphml(run_cli, tmp_path: Path) -> None:
+    out = tmp_path / "dag.graphml"
+    res = run_cli("dag", str(SCRATCH), "-o", str(out))
+    assert res.code == 0
+    graph = nx.read_graphml(out, node_type=int)
+    dag = build_dag(load(SCRATCH))
+    assert graph.number_of_nodes() == dag.num_nodes
+    kinds = [k for _, _, k in graph.edges(data="kind")]
+    assert sorted(set(kinds)) == ["data", "dependency", "program"]
+    assert kinds.count("data") == int((dag.match_recv >= 0).sum())
+    assert kinds.count("program") + kinds.count("dependency") == dag.ctrl_indices.shape[0]
+    for n, attrs in graph.nodes(data=True):
+        assert (attrs["gpu"], attrs["tb"], attrs["step"]) == (int(dag.node_gpu[n]), int(dag.node_tb[n]),
+                                                              int(dag.node_step[n]))
+    assert f"wrote {out}: {dag.num_nodes} nodes" in res.out
+    first = out.read_bytes()
+    assert run_cli("dag", str(SCRATCH), "-o", str(out)).code == 0
+    assert out.read_bytes() == first
+
+
+def test_dag_of_a_broken_plan(run_cli, tmp_path: Path, dangling: Path) -> None:
+    out = tmp_path / "x.graphml"
+    res = run_cli("dag", str(dangling), "-o", str(out))
+    assert res.code == 1
+    assert res.err == "nuna: error: gpu 0 tb 0 step 2: depid 6 names no threadblock on gpu 0\n"
+    assert not out.exists()
+
+
+def test_dag_into_a_missing_folder(run_cli, tmp_path: Path) -> None:
+    res = run_cli("dag", str(FIG7), "-o", str(tmp_path / "no" / "such" / "dag.graphml"))
+    assert res.code == 1
+    assert res.err.count("\n") == 1
+    assert "does not exist" in res.err
+
+
+def test_dag_needs_an_output(run_cli) -> None:
+    res = run_cli("dag", str(FIG7))
+    assert res.code == 2

@@ -1,0 +1,184 @@
+"""Topology files: loading by name and path, shipped copies, and every bad-file case giving one
+clear line through the CLI."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from nuna.errors import TopologyError
+from nuna.topology import available_topologies, default_topology, load_topology, parse_topology
+from tests.conftest import REPO, CliResult
+
+SHIPPED = ("flat-switch", "mi210-like", "mi300x-like", "mi355x-like", "nuna-4die")
+GOOD = (REPO / "topologies" / "nuna-4die.toml").read_text()
+
+
+def test_every_shipped_topology_loads_and_has_a_source_per_value() -> None:
+    assert set(SHIPPED) <= set(available_topologies())
+    for name in SHIPPED:
+        spec = load_topology(name)
+        assert spec.name == name
+        text = (REPO / "topologies" / f"{name}.toml").read_text()
+        # one source note per { value = ... } entry in the file
+        assert len(spec.sources) == len(re.findall(r"(?m)^\w+ = \{ value =", text))
+        assert all(note.strip() for _, note in spec.sources)
+
+
+def test_package_data_copies_equal_the_topologies_folder() -> None:
+    data = REPO / "nuna" / "topology" / "data"
+    repo_files = sorted(p.name for p in (REPO / "topologies").glob("*.toml"))
+    assert repo_files == sorted(p.name for p in data.glob("*.toml"))
+    for name in repo_files:
+        assert (data / name).read_bytes() == (REPO / "topologies" / name).read_bytes(), name
+
+
+def test_name_and_path_give_the_same_spec() -> None:
+    by_name = load_topology("nuna-4die")
+    by_path = load_topology(REPO / "topologies" / "nuna-4die.toml")
+    assert by_name == by_path == default_topology()
+
+
+def test_nuna_4die_is_the_papers_system() -> None:
+    chip = default_topology().chip
+    assert (chip.cols, chip.rows, chip.dies) == (24, 6, 4)
+    assert chip.cus == 1008
+    assert chip.io_ports == 12
+    assert chip.hbm_stacks == 16
+    assert chip.hbm_channels_per_stack == 16
+    assert chip.flit_bytes == 256
+    assert chip.memory_access_latency_ns == 120.0
+    assert chip.max_outstanding_requests_per_cu == 700
+
+
+def test_flat_switch_is_an_alpha_beta_pod() -> None:
+    spec = load_topology("flat-switch")
+    chip = spec.chip
+    assert chip.kind == "flat"
+    assert chip.routers == 1
+    assert chip.io_ports == 1
+    assert chip.hbm_stacks == 1
+    assert spec.scaleup.one_way_latency_ns == 2000.0
+    assert spec.scaleup.link_bandwidth_gbps * 1e9 == pytest.approx(50 * 2**30)
+    assert chip.memory_access_latency_ns == 0.0
+    assert math.isinf(chip.cu_vector_gflops)
+
+
+def _mutate(old: str, new: str) -> str:
+    assert old in GOOD
+    return GOOD.replace(old, new, 1)
+
+
+BAD_FILES = {
+    "unknown key": (
+        _mutate("[chip]\n", '[chip]\nwarp_size = { value = 64, source = "x" }\n'),
+        r"chip\.warp_size: unknown key",
+    ),
+    "missing key": (re.sub(r"(?m)^flit_bytes = .*\n", "", GOOD), r"chip\.flit_bytes: missing key"),
+    "out of range": (
+        _mutate("noc_hop_latency_ns = { value = 5.25", "noc_hop_latency_ns = { value = -1.0"),
+        r"chip\.noc_hop_latency_ns: value -1\.0 out of range",
+    ),
+    "zero bandwidth": (
+        _mutate("io_port_bandwidth_gbps = { value = 100.0", "io_port_bandwidth_gbps = { value = 0.0"),
+        r"chip\.io_port_bandwidth_gbps: value 0\.0 out of range",
+    ),
+    "wrong type": (
+        _mutate("die_cols = { value = 6,", 'die_cols = { value = "six",'),
+        r"chip\.die_cols: expected an integer",
+    ),
+    "float count": (
+        _mutate("die_cols = { value = 6,", "die_cols = { value = 6.0,"),
+        r"chip\.die_cols: expected an integer",
+    ),
+    "no source": (
+        _mutate("die_rows = { value = 6, source = ", "die_rows = { value = 6, note = "),
+        r"chip\.die_rows: expected \{ value = \.\.\., source",
+    ),
+    "bare value": (
+        re.sub(r"(?m)^die_rows = .*$", "die_rows = 6", GOOD),
+        r"chip\.die_rows: expected \{ value",
+    ),
+    "syntax": (GOOD.replace("[scaleup]", "[scaleup", 1), r"TOML syntax error"),
+    "unknown section": (GOOD + "\n[extra]\n", r"extra: unknown key"),
+    "bad kind": (
+        _mutate('kind = { value = "mesh"', 'kind = { value = "torus"'),
+        r"chip\.kind: 'torus' is not one of",
+    ),
+    "ports do not fit": (
+        _mutate("io_ports = { value = 12,", "io_ports = { value = 14,"),
+        r"chip\.io_ports: 14 ports",
+    ),
+    "format": (_mutate("format = 1", "format = 2"), r"format: unsupported format 2"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_FILES))
+def test_bad_file_gives_one_line_error_naming_file_and_key(
+    case: str, tmp_path: Path, run_cli: Callable[..., CliResult]
+) -> None:
+    text, pattern = BAD_FILES[case]
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(TopologyError, match=pattern):
+        load_topology(path)
+    res = run_cli("topology", "show", str(path))
+    assert res.code == 1
+    lines = res.err.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("nuna: error: ")
+    assert str(path) in lines[0]
+    assert re.search(pattern, lines[0])
+    assert "Traceback" not in res.err
+    assert res.out == ""
+
+
+def test_missing_file_and_unknown_name(tmp_path: Path, run_cli: Callable[..., CliResult]) -> None:
+    res = run_cli("topology", "show", str(tmp_path / "nope.toml"))
+    assert res.code == 1
+    assert "topology file not found" in res.err
+    assert len(res.err.strip().splitlines()) == 1
+    res = run_cli("topology", "show", "no-such-chip")
+    assert res.code == 1
+    assert "unknown topology 'no-such-chip'" in res.err
+    assert "nuna-4die" in res.err
+
+
+def test_not_utf8_and_folder(tmp_path: Path) -> None:
+    bad = tmp_path / "latin.toml"
+    bad.write_bytes(b"name = '\xff'\n")
+    with pytest.raises(TopologyError, match="not UTF-8"):
+        load_topology(bad)
+    folder = tmp_path / "dir.toml"
+    folder.mkdir()
+    with pytest.raises(TopologyError, match="is a folder"):
+        load_topology(folder)
+
+
+def test_flat_kind_rejects_mesh_keys() -> None:
+    text = (REPO / "topologies" / "flat-switch.toml").read_text()
+    text = text.replace("[chip]\n", '[chip]\ndie_cols = { value = 2, source = "x" }\n', 1)
+    with pytest.raises(TopologyError, match=r"chip\.die_cols: unknown key"):
+        parse_topology(text, "flat.toml")
+
+
+def test_sources_do_not_affect_equality() -> None:
+    a = parse_topology(GOOD, "a.toml")
+    b = parse_topology(GOOD.replace("paper §5.1: 256 B cache-line-sized flits", "changed"), "b.toml")
+    assert a == b
+    assert hash(a) == hash(b)
+    assert a.source("chip.flit_bytes") != b.source("chip.flit_bytes")
+
+
+def test_installed_package_finds_names_in_package_data(monkeypatch: pytest.MonkeyPatch) -> None:
+    import nuna.topology.spec as spec_module
+
+    monkeypatch.setattr(spec_module, "_source_checkout_dir", lambda: None)
+    assert set(SHIPPED) <= set(available_topologies())
+    spec = load_topology("mi300x-like")
+    assert spec.path == "nuna/topology/data/mi300x-like.toml"
+    assert spec == load_topology(REPO / "topologies" / "mi300x-like.toml")
