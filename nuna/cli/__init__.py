@@ -39,7 +39,9 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version."
+    ),
 ) -> None:
     """nuna: replay MSCCL collective plans on a modelled multi-die GPU pod."""
 
@@ -77,7 +79,8 @@ def run(argv: Sequence[str] | None = None) -> int:
     except Exception as err:  # a bug, not bad input: one line, the traceback on request
         if os.environ.get("NUNA_DEBUG"):
             raise
-        print(f"nuna: internal error: {type(err).__name__}: {err} (set NUNA_DEBUG=1 for a traceback)", file=sys.stderr)
+        print(f"nuna: internal error: {type(err).__name__}: {err} (set NUNA_DEBUG=1 for a traceback)",
+              file=sys.stderr)
         return 3
     return int(result) if isinstance(result, int) else 0
 
