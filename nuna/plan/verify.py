@@ -634,15 +634,16 @@ class PlanSummary:
 
 
 def chunk_bytes_for(plan: Plan, size_bytes: int) -> int:
-    """Bytes per chunk for a collective of ``size_bytes`` (reference §4); ``UsageError`` when
-    the size is not a positive multiple of ``nchunksperloop`` (the executors would not select
-    the plan for it)."""
+    """Bytes per chunk for a collective of ``size_bytes`` (reference §4): ``size /
+    nchunksperloop``, rounded up. The executors only select a plan for exact multiples; nuna
+    pads instead, so that any size of a sweep (1 MB with 1,152 chunks, say) can be replayed;
+    the padding is under ``nchunksperloop`` bytes in all. ``UsageError`` for a size < 1."""
     n = plan.nchunksperloop
-    if size_bytes <= 0 or n <= 0 or size_bytes % n:
-        lower = (size_bytes // n) * n if n > 0 else 0
-        hint = f" (try {lower} or {lower + n})" if lower > 0 else (f" (try {n})" if n > 0 else "")
-        raise UsageError(f"size {size_bytes} B is not a multiple of nchunksperloop={n}{hint}")
-    return size_bytes // n
+    if size_bytes <= 0:
+        raise UsageError(f"size must be a positive number of bytes, got {size_bytes}")
+    if n <= 0:
+        raise UsageError(f"plan has nchunksperloop={n}; no chunk size can be derived")
+    return -(-size_bytes // n)
 
 
 def summarize(plan: Plan, size_bytes: int | None = None) -> PlanSummary:

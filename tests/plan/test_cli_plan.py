@@ -141,10 +141,11 @@ def test_info_bad_size_is_a_usage_error(run_cli, size: str) -> None:
     assert "Traceback" not in res.err
 
 
-def test_info_size_must_split_into_chunks(run_cli) -> None:
-    res = run_cli("info", str(FIG7), "--size", "1001")
-    assert res.code == 1
-    assert res.err == "nuna: error: size 1001 B is not a multiple of nchunksperloop=4 (try 1000 or 1004)\n"
+def test_info_pads_a_size_that_does_not_split_into_chunks(run_cli) -> None:
+    exact = run_cli("info", str(FIG7), "--size", "1004", "--json")
+    padded = run_cli("info", str(FIG7), "--size", "1001", "--json")
+    assert exact.code == padded.code == 0
+    assert json.loads(padded.out)["chunk_bytes"] == json.loads(exact.out)["chunk_bytes"] == 251
 
 
 def test_dag_graphml(run_cli, tmp_path: Path) -> None:

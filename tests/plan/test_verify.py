@@ -312,8 +312,11 @@ def test_summary_traffic_balances_on_every_example() -> None:
         assert sum(n for _, n in s.steps_by_type) == total_steps == s.total_steps
 
 
-def test_size_must_split_into_chunks() -> None:
+def test_chunk_bytes_round_up_so_chunks_cover_the_size() -> None:
     plan = load(RING)  # 3 chunks per loop
     assert chunk_bytes_for(plan, 3000) == 1000
-    with pytest.raises(UsageError, match="not a multiple of nchunksperloop=3 \\(try 999 or 1002\\)"):
-        chunk_bytes_for(plan, 1000)
+    for size in range(1, 50):
+        cb = chunk_bytes_for(plan, size)
+        assert 3 * cb >= size > 3 * (cb - 1)
+    with pytest.raises(UsageError):
+        chunk_bytes_for(plan, 0)
