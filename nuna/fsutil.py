@@ -10,6 +10,13 @@ from pathlib import Path
 from nuna.errors import InputError
 
 
+def _current_umask() -> int:
+    # os.umask can only be read by setting it; restore it at once (single-threaded CLI use)
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
     """Write ``data`` to ``path`` via a temporary file in the same folder and ``os.replace``."""
     target = Path(path)
@@ -23,6 +30,8 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
             handle.write(payload)
             handle.flush()
             os.fsync(handle.fileno())
+        # mkstemp creates 0600; give the file the mode a plain open() would have
+        os.chmod(tmp, 0o666 & ~_current_umask())
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

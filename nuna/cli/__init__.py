@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import typer
 
 from nuna import __version__
-from nuna.cli import generate_cmds, plan_cmds, sim_cmds, sweep_cmds, topology_cmds
+from nuna.cli import figure_cmds, generate_cmds, pass_cmds, plan_cmds, sim_cmds, sweep_cmds, topology_cmds
 from nuna.errors import NunaError
 
 _Abort = typer.Abort
@@ -50,7 +50,9 @@ plan_cmds.register(app)
 generate_cmds.register(app)
 topology_cmds.register(app)
 sim_cmds.register(app)
+pass_cmds.register(app)
 sweep_cmds.register(app)
+figure_cmds.register(app)
 
 
 def run(argv: Sequence[str] | None = None) -> int:

@@ -1,9 +1,124 @@
-"""CLI commands of the sim layer (placeholder until its issue lands)."""
+"""CLI commands of the sim layer: ``nuna noc`` (synthetic NoC traffic) and ``nuna simulate``.
+
+Thin: parse options, call :mod:`nuna.sim`, print. Results go to stdout, JSON files are written
+atomically with sorted keys.
+"""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import typer
+
+from nuna.cli.common import write_json
+from nuna.errors import UsageError
+from nuna.units import format_size, parse_size
+
+_MESH_RE = re.compile(r"^\s*(\d+)\s*[xX]\s*(\d+)\s*$")
+
+
+def _mesh(text: str) -> tuple[int, int]:
+    m = _MESH_RE.match(text)
+    if m is None:
+        raise typer.BadParameter(f"invalid mesh {text!r}: expected WxH, e.g. 8x8")
+    width, height = int(m.group(1)), int(m.group(2))
+    if width < 1 or height < 1 or width * height > 4096:
+        raise typer.BadParameter(f"invalid mesh {text!r}: sides must be >= 1 and W*H <= 4096")
+    return width, height
+
+
+def noc(
+    mesh: str = typer.Option("8x8", "--mesh", help="Mesh size WxH (one terminal per router)."),
+    traffic: str = typer.Option("uniform", "--traffic",
+                                help="uniform | transpose | edges (to the two short edges)."),
+    rate: float = typer.Option(..., "--rate", help="Offered load in flits per node per cycle, in (0, 1]."),
+    packet_flits: int = typer.Option(1, "--packet-flits", help="Packet length L in flits."),
+    cycles: int = typer.Option(10_000, "--cycles", help="Injection cycles (the first fifth warms up)."),
+    seed: int = typer.Option(1, "--seed", help="Seed of the Bernoulli sources."),
+    router: str = typer.Option("iq", "--router", help="iq: input-queued VC routers (BookSim-like); "
+                               "oq: ideal output queues."),
+    json_file: Path | None = typer.Option(None, "--json", help="Write the result as JSON to this file."),
+) -> None:
+    """Run synthetic traffic on a mesh NoC (validation against BookSim 2)."""
+    from nuna.sim.noc import run_noc  # imported here: numba start-up only for sim commands
+
+    width, height = _mesh(mesh)
+    res = run_noc(width, height, traffic, rate, packet_flits, cycles=cycles, seed=seed, router=router)
+    typer.echo(f"mesh {width}x{height} {traffic} L={packet_flits} router={router} "
+               f"offered {res.offered_flit_rate:.4f} accepted {res.accepted_flit_rate:.4f} flits/node/cycle, "
+               f"packet latency avg {res.packet_latency_avg:.2f} max {res.packet_latency_max:.0f} cycles, "
+               f"hops {res.hops_avg:.2f}{', SATURATED' if res.saturated else ''}")
+    if json_file is not None:
+        write_json(json_file, res.to_json())
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except UsageError as err:
+        raise typer.BadParameter(str(err)) from None
+
+
+def _packet_bytes(text: str) -> int | str:
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        value = int(text)
+    except ValueError:
+        raise typer.BadParameter(f"invalid packet size {text!r}: expected 'auto' or a number of "
+                                 "bytes") from None
+    if value <= 0:
+        raise typer.BadParameter(f"invalid packet size {text!r}: must be positive")
+    return value
+
+
+def simulate(
+    plan_file: Path = typer.Argument(..., help="Plan file (MSCCL XML).", show_default=False),
+    size: str = typer.Option(..., "--size", help="Collective size, nccl-tests convention (allgather: "
+                             "output buffer; allreduce: the buffer; reducescatter: input; alltoall: "
+                             "per-rank buffer)."),
+    topology: str = typer.Option("nuna-4die", "--topology", help="Topology name or .toml path."),
+    packet_bytes: str = typer.Option("256", "--packet-bytes", help="Packet size: 256 (one flit), a multiple "
+                                     "of the flit, or auto (larger packets for large transfers)."),
+    seed: int = typer.Option(0, "--seed", help="Recorded in the result (the model makes no random choices)."),
+    json_file: Path | None = typer.Option(None, "--json", help="Write the full result as JSON to this file."),
+    trace_file: Path | None = typer.Option(None, "--trace",
+                                           help="Write a Chrome/Perfetto trace to this file."),
+) -> None:
+    """Replay a plan on a pod of multi-die GPUs and report the collective's time and bandwidth."""
+    from nuna.plan.xml import load
+    from nuna.sim.replay import simulate as run
+    from nuna.sim.trace import chrome_trace
+    from nuna.topology.spec import load_topology
+
+    size_bytes = _size(size)
+    packets = _packet_bytes(packet_bytes)
+    spec = load_topology(topology)
+    plan = load(plan_file)
+    # (passes: a --config NAME option will rewrite ``plan`` here, before the replay)
+    res = run(plan, spec, size_bytes, packet_bytes=packets, seed=seed, trace=trace_file is not None)  # type: ignore[arg-type]
+    lat = res.remote_store_latency
+    typer.echo(f"# {plan.name}: {plan.collective.value}, {plan.ngpus} GPUs, {spec.name}, "
+               f"packets of {res.packet_bytes} B")
+    typer.echo(f"#{'size':>12} {'count':>12} {'type':>6} {'time':>10} {'algbw':>8} {'busbw':>8}")
+    typer.echo(f"#{'(B)':>12} {'(elements)':>12} {'':>6} {'(us)':>10} {'(GB/s)':>8} {'(GB/s)':>8}")
+    typer.echo(f" {size_bytes:>12} {size_bytes // 4:>12} {'float':>6} {res.time_ns / 1000:>10.2f} "
+               f"{res.algbw_gbps:>8.2f} {res.busbw_gbps:>8.2f}")
+    busiest = max(float((res.port_egress_busy_ns / max(res.time_ns, 1e-9)).max(initial=0.0)),
+                  float((res.port_ingress_busy_ns / max(res.time_ns, 1e-9)).max(initial=0.0)))
+    typer.echo(f"# {format_size(size_bytes)}: {res.time_ns:.1f} ns "
+               f"(lower bound {res.lower_bound_ns:.1f} ns); "
+               f"remote stores: {lat.count} lines, latency mean {lat.mean_ns:.0f} p50 {lat.p50_ns:.0f} "
+               f"p99 {lat.p99_ns:.0f} max {lat.max_ns:.0f} ns; busiest I/O port {busiest * 100:.0f}% busy; "
+               f"{res.die_crossing_bytes} B across dies; {res.events} events in {res.wall_s:.2f} s")
+    if json_file is not None:
+        write_json(json_file, res.to_json())
+    if trace_file is not None:
+        write_json(trace_file, chrome_trace(plan, res))
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the root app."""
+    app.command("noc")(noc)
+    app.command("simulate")(simulate)

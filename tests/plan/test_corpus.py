@@ -28,10 +28,13 @@ TOY_PLANS = {
     "ns3msccl__examples__allstack__algos__test_x2_gpu.xml",
     "ns3msccl__examples__allstack__algos__test_x3_gpu.xml",
 }
-# compiler output that nuna.plan.semantics currently judges wrong although msccl-tools made it
-# (MANIFEST: ncclize 'rrc in a non-reducing collective', and two pipeline plans that passed
-# msccl-tools' own Check()); open question for the semantics owner, see the plan-layer report
-DISPUTED = {
+# compiler output that computes the wrong result under the executors' step semantics (traced by
+# hand and by the independent concrete executor in test_semantics.py): ncclize's 'rrc in a
+# non-reducing collective' adds the local chunk to the received one (MANIFEST flags these), the
+# compose allreduce counts a rank's own contribution twice, and the two pipeline scripts split
+# 8 ranks into 4 reducing and 4 gathering ranks (their Check() is commented out in msccl-tools).
+# Structure and deadlock freedom are fine; nuna must name the wrong chunk.
+WRONG_RESULT = {
     "allgather_sccl-dgx1-s3r4c3_n8_i4_Simple.xml",
     "allgather_sccl-dgx1-steps2_n8_i2_Simple.xml",
     "alltoall_autosynth-ndv2-relay_n16_i8_Simple.xml",
@@ -69,9 +72,8 @@ def test_verification(path: Path) -> None:
         assert all("they would share one FIFO connection" in e for e in report.errors)
     elif path.name in TOY_PLANS and HAVE_SEMANTICS:
         assert any("wrong result" in e for e in report.errors)
-    elif path.name in DISPUTED and report.errors:
-        # structure and deadlock freedom are fine; only the symbolic result is disputed
+    elif path.name in WRONG_RESULT and HAVE_SEMANTICS:
+        assert report.errors
         assert all("wrong result" in e for e in report.errors)
-        pytest.xfail("semantics.py judges this compiler-made plan wrong (see the plan-layer report)")
     else:
         assert report.errors == ()

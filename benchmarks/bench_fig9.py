@@ -1,0 +1,81 @@
+"""Benchmark of the Fig 9 grid (3 collectives x 6 pods x 5 sizes x 4 configs = 360 points):
+how long it takes on this machine and where the time goes.
+
+``python benchmarks/bench_fig9.py [--gpus 2,8] [--sizes 100kB,1MB] [--full]``
+
+Runs a stated subset of scripts/sweeps/fig9.toml serially in this process (one point at a
+time, so each point's wall time is its own), prints per-point timings (passes + simulation,
+jobs, events, events/s), then extrapolates to the full grid: each unmeasured point is
+estimated from the measured point of the same collective and configuration with the largest
+``gpus x size``, scaling its seconds-per-job by the point's predicted jobs (lines moved, which
+grow with ``gpus x size``, capped at the simulator's ``auto`` packet limit). The estimate is
+crude: the cost per event also grows with the pod size (a 64-GPU pod's event heap and network
+state are larger), so it is a lower bound for 32-64 GPUs. ``--full`` measures every point.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from nuna.experiments.points import simulate_point
+from nuna.experiments.spec import expand
+from nuna.experiments.sweep import load_sweep_spec
+from nuna.sim import SimOptions
+from nuna.units import format_size, parse_size
+
+SPEC = Path(__file__).resolve().parents[1] / "scripts" / "sweeps" / "fig9.toml"
+CORES = 2
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpus", default="2,8")
+    parser.add_argument("--sizes", default="100kB,1MB")
+    parser.add_argument("--full", action="store_true")
+    args = parser.parse_args()
+    spec = load_sweep_spec(SPEC)
+    points = [p.as_dict() for p in expand(spec)]
+    gpus = {int(g) for g in args.gpus.split(",")}
+    sizes = {parse_size(s) for s in args.sizes.split(",")}
+    subset = points if args.full else [p for p in points if p["gpus"] in gpus and p["size_bytes"] in sizes]
+    print(f"fig9 grid: {len(points)} points; measuring {len(subset)} serially")
+    measured: dict[tuple[str, int, int, str], tuple[float, int, int]] = {}
+    simulate_point(dict(subset[0]))  # JIT warm-up, as a long-lived sweep worker has it
+    for p in subset:
+        t0 = time.perf_counter()
+        out = simulate_point(dict(p))
+        wall = time.perf_counter() - t0
+        sim = out["timing"]["wall_s"]
+        key = (p["collective"], p["gpus"], p["size_bytes"], p["config"])
+        measured[key] = (wall, out["jobs"], out["events"])
+        rate = out["events"] / max(sim, 1e-9) / 1e6
+        print(f"  {p['collective']:9s} {p['gpus']:2d} GPUs {format_size(p['size_bytes']):>5s} "
+              f"{p['config']:8s} wall {wall:7.2f} s (sim {sim:6.2f} s, passes+generate {wall - sim:5.2f} s) "
+              f"jobs {out['jobs']:8d} events {out['events']:9d} ({rate:.2f} M/s) "
+              f"simulated {out['time_ns'] / 1000:.2f} us")
+    total_measured = sum(v[0] for v in measured.values())
+    cap = SimOptions().auto_max_jobs
+    estimate = 0.0
+    heaviest: list[tuple[float, str]] = []
+    for p in points:
+        key = (p["collective"], p["gpus"], p["size_bytes"], p["config"])
+        if key in measured:
+            t = measured[key][0]
+        else:
+            refs = [(k, v) for k, v in measured.items() if k[0] == key[0] and k[3] == key[3]]
+            (rk, (rw, rj, _)) = max(refs, key=lambda kv: kv[0][1] * kv[0][2])
+            jobs = min(cap, rj * (key[1] * key[2]) / (rk[1] * rk[2]))
+            t = rw / max(rj, 1) * jobs
+        estimate += t
+        heaviest.append((t, f"{key[0]} {key[1]} GPUs {format_size(key[2])} {key[3]}"))
+    print(f"measured subset: {total_measured:.1f} s serial = {total_measured / CORES:.1f} s on {CORES} cores")
+    print(f"full grid estimate: {estimate:.0f} s serial = {estimate / CORES / 60:.1f} min on {CORES} cores "
+          f"(budget 30 min)")
+    for t, label in sorted(heaviest, reverse=True)[:8]:
+        print(f"  heaviest (estimated or measured): {t:8.1f} s  {label}")
+
+
+if __name__ == "__main__":
+    main()

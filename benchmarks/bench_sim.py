@@ -1,0 +1,140 @@
+"""Benchmark of the replay: the speed targets of issue 4, numba compile times, peak memory, the
+paper's Fig 10a case and the error of larger packets against 256-byte flits.
+
+``python benchmarks/bench_sim.py [--quick]``. Every case runs in its own Python process, so its
+peak memory (``resource.getrusage``) is its own. Cases (direct allgather, nuna-4die, baseline
+placement):
+
+- compile: the replay kernel compiled from scratch (an empty numba cache) and loaded from it;
+- 8 GPUs, 1 MB, 1,008 threadblocks per GPU, 256-byte flits (target <= 2 s);
+- 64 GPUs, 1 MB, 256-byte flits (target <= 20 s);
+- 64 GPUs, 1 GB, ``--packet-bytes auto`` (target <= 120 s);
+- error of ``auto`` and of forced packet sizes against 256-byte flits where both run.
+
+Wall time is what a user waits; CPU time is shown too because the machine may be shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve()
+
+
+def _case(name: str, gpus: int, size: int, tbs: int, packet: str) -> dict[str, Any]:
+    """Run one replay in this process and return its figures."""
+    import resource
+
+    from nuna.plan.generate import generate
+    from nuna.sim import simulate
+    from nuna.topology.spec import load_topology
+
+    spec = load_topology("nuna-4die")
+    plan = generate("allgather", gpus, algo="direct", tbs_per_peer=tbs)
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    res = simulate(plan, spec, size, packet_bytes=packet if packet == "auto" else int(packet))
+    wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    lat = res.remote_store_latency
+    return {"case": name, "wall_s": wall, "cpu_s": cpu, "events": res.events,
+            "events_per_cpu_s": res.events / cpu if cpu > 0 else 0.0, "jobs": res.jobs,
+            "packet_bytes": res.packet_bytes, "time_ns": res.time_ns, "lower_bound_ns": res.lower_bound_ns,
+            "busbw_gbps": res.busbw_gbps, "latency_mean_ns": lat.mean_ns, "latency_p99_ns": lat.p99_ns,
+            "latency_max_ns": lat.max_ns,
+            "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}
+
+
+def _compile_probe() -> dict[str, Any]:
+    """First replay of a process: compile (or load) the kernels, then time a tiny run."""
+    t0 = time.perf_counter()
+    from nuna.plan.generate import generate
+    from nuna.sim import run_noc, simulate
+    from nuna.topology.spec import load_topology
+
+    simulate(generate("allgather", 2), load_topology("nuna-4die"), 64 * 1024)
+    run_noc(4, 4, "uniform", 0.1, 1, cycles=200)
+    return {"case": "compile", "wall_s": time.perf_counter() - t0}
+
+
+def _spawn(args: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
+    out = subprocess.run([sys.executable, str(HERE), *args], capture_output=True, text=True, check=False,
+                         env=env, cwd=HERE.parents[1])
+    if out.returncode != 0:
+        raise SystemExit(f"benchmark case {args} failed:\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _row(r: dict[str, Any], target: float | None = None) -> str:
+    verdict = "" if target is None else (" met" if r["wall_s"] <= target else " NOT met")
+    goal = f"<= {target:.0f} s{verdict}" if target is not None else ""
+    return (f"{r['case']:<34} {r['wall_s']:8.2f} {r['cpu_s']:8.2f} {r['events'] / 1e6:8.2f} "
+            f"{r['events_per_cpu_s'] / 1e6:7.2f} {r['peak_mib']:8.0f} {r['packet_bytes']:7d} "
+            f"{r['time_ns'] / 1000:10.2f} {r['busbw_gbps']:7.1f}  {goal}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="skip the 1 GB case and the error sweep")
+    parser.add_argument("--case", help=argparse.SUPPRESS)  # internal: run one case, print JSON
+    args = parser.parse_args()
+    if args.case:
+        if args.case == "compile":
+            print(json.dumps(_compile_probe()))
+        else:
+            name, gpus, size, tbs, packet = args.case.split(":")
+            print(json.dumps(_case(name, int(gpus), int(size), int(tbs), packet)))
+        return
+
+    with tempfile.TemporaryDirectory() as cache:
+        env = {**os.environ, "NUMBA_CACHE_DIR": cache}
+        cold = _spawn(["--case", "compile"], env)
+        warm = _spawn(["--case", "compile"], env)
+    print(f"numba kernels: cold compile {cold['wall_s']:.1f} s, warm (cached) start {warm['wall_s']:.1f} s "
+          f"(including imports and one tiny replay and NoC run)")
+
+    header = (f"{'case':<34} {'wall s':>8} {'cpu s':>8} {'Mevents':>8} {'Mev/s':>7} {'peak MiB':>8} "
+              f"{'packet':>7} {'time us':>10} {'busbw':>7}  target")
+    print("\n" + header)
+    _spawn(["--case", "warmup:2:65536:1:256"])  # make sure the cache is warm for the timed cases
+    small = _spawn(["--case", f"8 GPUs 1 MB 1008 tbs/GPU:8:{1_000_000}:144:256"])
+    print(_row(small, 2.0))
+    big = _spawn(["--case", f"64 GPUs 1 MB:64:{1_000_000}:1:256"])
+    print(_row(big, 20.0))
+    if not args.quick:
+        huge = _spawn(["--case", f"64 GPUs 1 GB auto:64:{1_000_000_000}:1:auto"])
+        print(_row(huge, 120.0))
+    print("Mev/s = flit-hop events (grants of physical edges) per CPU second of the whole replay "
+          "(target >= 3); peak = max RSS of the case's process (target <= 4096 MiB)")
+
+    print(f"\nFig 10a (8 GPUs, 1 MB, 1,008 threadblocks/GPU, UA): remote-store latency mean "
+          f"{small['latency_mean_ns']:.0f} ns, p99 {small['latency_p99_ns']:.0f} ns, "
+          f"max {small['latency_max_ns']:.0f} ns "
+          f"(paper: mean ~920 ns, max ~1,320 ns)")
+    if args.quick:
+        return
+    print("\npacket size error against 256-byte flits (largest cases where both run)")
+    print(f"{'case':<34} {'packet':>7} {'time us':>10} {'error':>8} {'wall s':>8}")
+    for name, gpus, size, tbs, packets in (
+        ("2 GPUs 512 MB, 16 tbs/peer", 2, 512_000_000, 16, ["auto"]),
+        ("8 GPUs 32 MB, 1 tb/peer", 8, 32_000_000, 1, ["auto", "1024", "4096", "65536"]),
+        ("2 GPUs 256 MB, 16 tbs/peer", 2, 256_000_000, 16, ["1024", "4096", "65536"]),
+    ):
+        ref = _spawn(["--case", f"{name}:{gpus}:{size}:{tbs}:256"])
+        print(f"{name:<34} {256:>7} {ref['time_ns'] / 1000:10.2f} {'(ref)':>8} {ref['wall_s']:8.1f}")
+        for packet in packets:
+            r = _spawn(["--case", f"{name}:{gpus}:{size}:{tbs}:{packet}"])
+            err = (r["time_ns"] - ref["time_ns"]) / ref["time_ns"] * 100
+            label = f"{packet}={r['packet_bytes']}" if packet == "auto" else packet
+            print(f"{name:<34} {label:>7} {r['time_ns'] / 1000:10.2f} {err:+7.2f}% {r['wall_s']:8.1f}")
+    print("target: auto within 2% of 256-byte flits")
+
+
+if __name__ == "__main__":
+    main()

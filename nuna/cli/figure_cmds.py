@@ -1,0 +1,57 @@
+"""CLI command ``nuna figure NAME``: run (or resume) one of the paper's figure sweeps and render
+it as PNG and SVG (``nuna.experiments.figures``)."""
+
+from __future__ import annotations
+
+import sys
+from enum import StrEnum
+from pathlib import Path
+
+import typer
+
+from nuna.cli.sweep_cmds import _ProgressBar
+from nuna.experiments.figures import FIGURES, run_figure
+
+
+class ExecutorName(StrEnum):
+    LOCAL = "local"
+    DASK = "dask"
+
+
+def figure(
+    name: str = typer.Argument(..., metavar="NAME", help=f"One of {', '.join(FIGURES)}."),
+    out: Path = typer.Option(Path("out/figures"), "--out", "-o",
+                             help="Output folder: NAME.png/.svg/.json and sweeps/NAME (resumable)."),
+    executor: ExecutorName = typer.Option(ExecutorName.LOCAL, "--executor",
+                                          help="local: process pool; dask: local dask cluster."),
+    jobs: int | None = typer.Option(None, "--jobs", "-j", min=1,
+                                    help="Worker processes (default: all cores)."),
+    quick: bool = typer.Option(False, "--quick",
+                               help="Reduced grid (smallest pod and size): seconds, for CI."),
+    spec_dir: Path | None = typer.Option(None, "--spec-dir",
+                                         help="Folder of figN.toml sweep specs (default: scripts/sweeps)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+) -> None:
+    """Render one of the paper's Figures 9-14 from its sweep (run or resumed as needed)."""
+    if name not in FIGURES:
+        raise typer.BadParameter(f"unknown figure {name!r} (choose from {', '.join(FIGURES)})",
+                                 param_hint="NAME")
+    bar = _ProgressBar(enabled=not quiet and sys.stderr.isatty())
+    try:
+        result = run_figure(name, out, spec_dir=spec_dir, quick=quick, executor=executor.value, jobs=jobs,
+                            progress=bar)
+    finally:
+        bar.close()
+    s = result.summary
+    typer.echo(f"{name}: {s.ok}/{s.total} points ({s.ran} ran, {s.already_done} reused) -> "
+               f"{result.png}, {result.svg}, {result.data_json}")
+    for failure in s.failed:
+        typer.echo(f"failed: {failure.describe()}", err=True)
+    if s.failed:
+        typer.echo(f"nuna: error: {len(s.failed)} point(s) failed; the figure leaves them out", err=True)
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``figure`` command to the root app."""
+    app.command("figure")(figure)

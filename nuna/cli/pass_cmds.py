@@ -1,0 +1,127 @@
+"""CLI commands of the passes layer: ``nuna rewrite``, ``nuna diff``, ``nuna demo``.
+
+Thin: parse options, call :mod:`nuna.passes` (and :mod:`nuna.passes.report` for the
+comparison and the demo's figures), print. Bad input is a ``NunaError`` the root turns into one
+stderr line.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from nuna.cli.common import write_json
+from nuna.errors import UsageError
+from nuna.fsutil import write_atomic
+from nuna.passes import PassContext, PlanPass, apply_config, get_config
+from nuna.passes.configs import choose_granularity, config_names, parse_granularity
+from nuna.plan.ir import Plan
+from nuna.plan.xml import dump, load
+from nuna.topology.spec import DEFAULT_TOPOLOGY, load_topology
+from nuna.units import format_size, parse_size
+
+_TOPO_HELP = "Topology name or .toml path."
+_CONFIG_HELP = "Configuration: UA, UA+NAR, NUMA, NUMA+NAR, NAP, NAP+NAR, NAP*, NAP*+NAR."
+
+#: ``--size`` default of ``rewrite``.
+DEFAULT_REWRITE_SIZE_BYTES = 1_000_000
+
+
+def _size(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return parse_size(text)
+    except UsageError as err:
+        raise typer.BadParameter(str(err)) from None
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``rewrite``, ``diff`` and ``demo`` to the root app."""
+
+    @app.command("rewrite")
+    def rewrite_cmd(
+        plan_path: Path = typer.Argument(..., metavar="PLAN", help="Plan file (MSCCL XML)."),
+        config: str = typer.Option(..., "--config", "-c", help=_CONFIG_HELP),
+        nar_granularity: str | None = typer.Option(
+            None, "--nar-granularity", "-g",
+            help="+NAR configs: NAR domains G (a divisor of the port count), or 'auto' (simulate every "
+                 "G, keep the fastest). Default: the size-threshold heuristic."),
+        topology: str = typer.Option(DEFAULT_TOPOLOGY, "--topology", "-t", help=_TOPO_HELP),
+        size: str | None = typer.Option(
+            None, "--size", "-s",
+            help="Collective size the placement is for (budgets depend on it). Default: 1MB."),
+        output: Path = typer.Option(..., "--output", "-o", help="Annotated plan to write (MSCCL XML)."),
+        print_between: bool = typer.Option(False, "--print-between-passes",
+                                           help="Print each pass and a summary of its placement to stderr."),
+    ) -> None:
+        """Rewrite a plan with a configuration's placement/routing annotations (still valid MSCCL XML)."""
+        cfg = get_config(config)
+        granularity = parse_granularity(nar_granularity)
+        spec = load_topology(topology)
+        plan = load(plan_path)
+        size_bytes = _size(size)
+        if size_bytes is None:
+            size_bytes = DEFAULT_REWRITE_SIZE_BYTES
+        ctx = PassContext(spec, size_bytes)
+
+        def observe(p: PlanPass, out: Plan) -> None:
+            pl = out.placement
+            print(f"after {p.name}: nar={pl.nar_granularity} threadblocks={len(pl.threadblocks)} "
+                  f"chunks={len(pl.chunks)}", file=sys.stderr)
+
+        choice = choose_granularity(plan, cfg.name, ctx, granularity)
+        out = apply_config(plan, cfg.name, ctx, choice.granularity,
+                           observe=observe if print_between else None)
+        write_atomic(output, dump(out))
+        pl = out.placement
+        g = "" if choice.granularity is None else f", NAR granularity {choice.granularity} ({choice.method})"
+        typer.echo(f"wrote {output}: {cfg.name}{g}, size {format_size(size_bytes)}, "
+                   f"{len(pl.threadblocks)} threadblocks and {len(pl.chunks)} chunks placed")
+
+    @app.command("diff")
+    def diff_cmd(
+        plan_path: Path = typer.Argument(..., metavar="PLAN", help="Plan file (MSCCL XML)."),
+        size: str = typer.Option(..., "--size", "-s", help="Collective size, e.g. 1MB."),
+        configs: str = typer.Option("UA,NAP+NAR", "--configs",
+                                    help="Comma-separated configurations; the first is the reference."),
+        nar_granularity: str | None = typer.Option(
+            None, "--nar-granularity", "-g", help="G or 'auto' for the +NAR configs (default: heuristic)."),
+        topology: str = typer.Option(DEFAULT_TOPOLOGY, "--topology", "-t", help=_TOPO_HELP),
+        seed: int = typer.Option(0, "--seed", help="Simulator seed."),
+        json_path: Path | None = typer.Option(None, "--json", help="Also write the comparison as JSON."),
+    ) -> None:
+        """Simulate a plan under several configurations and show them side by side."""
+        from nuna.passes.report import compare, format_comparison
+
+        names = config_names(configs)
+        spec = load_topology(topology)
+        plan = load(plan_path)
+        size_bytes = _size(size)
+        assert size_bytes is not None
+        comparison = compare(plan, spec, size_bytes, names, parse_granularity(nar_granularity), seed=seed)
+        typer.echo(format_comparison(comparison))
+        if json_path is not None:
+            write_json(json_path, comparison.to_json())
+
+    @app.command("demo")
+    def demo_cmd(
+        output: Path = typer.Option(Path("nuna-demo"), "--output", "-o", help="Folder for the figures."),
+        topology: str = typer.Option(DEFAULT_TOPOLOGY, "--topology", "-t", help=_TOPO_HELP),
+        tbs_per_peer: int = typer.Option(1, "--tbs-per-peer", "-k",
+                                         help="Threadblocks per peer of the direct allgather."),
+    ) -> None:
+        """The main job on defaults: 8-GPU direct allgather at 100 kB and 1 MB, UA vs NAP+NAR."""
+        from nuna.passes.report import format_comparison, run_demo
+
+        spec = load_topology(topology)
+        result = run_demo(spec, tbs_per_peer=tbs_per_peer)
+        for comparison in result.comparisons:
+            typer.echo(format_comparison(comparison))
+            typer.echo("")
+        output.mkdir(parents=True, exist_ok=True)
+        for name, data in result.files:
+            write_atomic(output / name, data)
+            typer.echo(f"wrote {output / name}")

@@ -1,0 +1,376 @@
+"""The paper's Figures 9-14: run (or reuse) each figure's sweep, reduce the results to the
+figure's numbers, and render them as PNG and SVG in the paper's style.
+
+Three pure stages, so each can be tested on its own:
+
+1. :func:`run_figure` runs the figure's sweep spec (``scripts/sweeps/figN.toml``, or a reduced
+   ``--quick`` grid derived from it by :func:`quick_spec`) through the resumable sweep runner
+   into ``DIR/sweeps/NAME`` (``NAME-quick`` for the reduced grid, so the two never mix);
+2. :func:`figure_data` turns the sweep's result records into the figure's numbers (plain JSON:
+   speedups, histograms, utilisations), written beside the pictures as ``NAME.json``;
+3. :func:`render` draws those numbers on a matplotlib :class:`~matplotlib.figure.Figure` and
+   :func:`save_figure` writes PNG and SVG with fixed metadata and hash salt, so the same numbers
+   give the same bytes.
+
+Speedups are ``time(UA) / time(config)`` for the point that differs from the configuration's
+only in its configuration (and NAR granularity); a figure whose UA point is missing leaves that
+bar out rather than inventing a baseline.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from nuna.errors import InputError, UsageError
+from nuna.experiments.spec import SweepSpec
+from nuna.experiments.sweep import ProgressCallback, SweepSummary, load_results, load_sweep_spec, run_sweep
+from nuna.fsutil import write_atomic
+from nuna.units import format_size
+
+FIGURES: tuple[str, ...] = ("fig9", "fig10", "fig11", "fig12", "fig13", "fig14")
+
+#: Default folder of the figures' sweep specs: ``scripts/sweeps`` of a source checkout.
+DEFAULT_SPEC_DIR = Path(__file__).resolve().parents[2] / "scripts" / "sweeps"
+
+_BASELINE = "UA"
+QUICK_GPUS = 2
+QUICK_SIZE_BYTES = 100_000
+# one colour per configuration, the same in every figure
+_COLOURS: dict[str, str] = {
+    "UA": "#4d4d4d", "UA+NAR": "#9ecae1", "NUMA": "#fdd0a2", "NUMA+NAR": "#fd8d3c",
+    "NAP*": "#c7e9c0", "NAP*+NAR": "#74c476", "NAP": "#bcbddc", "NAP+NAR": "#3182bd",
+}
+_SAVE_RC: dict[Any, Any] = {"svg.hashsalt": "nuna", "svg.fonttype": "none", "path.simplify": True}
+
+
+@dataclass(frozen=True, slots=True)
+class FigureOutput:
+    """What :func:`run_figure` produced: the sweep's state and the files written."""
+
+    name: str
+    sweep_dir: Path
+    summary: SweepSummary
+    png: Path
+    svg: Path
+    data_json: Path
+    data: dict[str, Any]
+
+
+def _check_name(name: str) -> str:
+    if name not in FIGURES:
+        raise UsageError(f"unknown figure {name!r} (choose from {', '.join(FIGURES)})")
+    return name
+
+
+def figure_spec_path(name: str, spec_dir: str | Path | None = None) -> Path:
+    """The sweep spec of figure ``name`` (``<spec_dir>/<name>.toml``)."""
+    folder = Path(spec_dir) if spec_dir is not None else DEFAULT_SPEC_DIR
+    path = folder / f"{_check_name(name)}.toml"
+    if not path.is_file():
+        raise InputError(f"{path}: sweep spec of {name} not found (pass the folder holding figN.toml)")
+    return path
+
+
+def quick_spec(name: str, spec: SweepSpec) -> SweepSpec:
+    """A reduced grid of ``spec`` for tests and CI (seconds): a 2-GPU pod and the 100 kB size
+    (100 kB and 1 MB for fig12, whose subject is size; the two smallest GEMMs for fig14);
+    every other dimension is kept, so the figure keeps all its series. Its numbers are a smoke
+    test, not the figure's."""
+    _check_name(name)
+    sizes = (QUICK_SIZE_BYTES, 10 * QUICK_SIZE_BYTES) if name == "fig12" else (QUICK_SIZE_BYTES,)
+    return dataclasses.replace(spec, name=f"{spec.name}-quick", gpus=(QUICK_GPUS,), sizes_bytes=sizes,
+                               gemm_bytes=tuple(sorted(spec.gemm_bytes)[:2]))
+
+
+def run_figure(name: str, out_dir: str | Path, *, spec_dir: str | Path | None = None, quick: bool = False,
+               executor: str = "local", jobs: int | None = None,
+               progress: ProgressCallback | None = None) -> FigureOutput:
+    """Run (or resume) figure ``name``'s sweep under ``out_dir/sweeps`` and write
+    ``out_dir/NAME.{png,svg,json}`` (``NAME-quick.*`` with ``quick``). Points that failed are
+    left out of the picture; the summary says which."""
+    spec = load_sweep_spec(figure_spec_path(name, spec_dir))
+    if quick:
+        spec = quick_spec(name, spec)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "sweeps").mkdir(exist_ok=True)
+    sweep_dir = out / "sweeps" / spec.name
+    summary = run_sweep(spec, sweep_dir, executor=executor, jobs=jobs, progress=progress)
+    data = figure_data(name, load_results(sweep_dir))
+    stem = out / spec.name
+    png, svg = save_figure(render(name, data), stem)
+    data_json = stem.with_suffix(".json")
+    write_atomic(data_json, json.dumps(data, sort_keys=True, indent=1) + "\n")
+    return FigureOutput(name, sweep_dir, summary, png, svg, data_json, data)
+
+
+# --------------------------------------------------------------------------------------------
+# results -> numbers
+
+
+def _key(point: Mapping[str, Any]) -> tuple[Any, ...]:
+    """Everything but the configuration and granularity: the point's UA twin has the same key."""
+    return (point["topology"], point["collective"], point["gpus"], point["size_bytes"],
+            point["tbs_per_peer"], point.get("gemm_bytes", 0), point["algo"], point["packet_bytes"])
+
+
+def _time_ns(record: Mapping[str, Any]) -> float:
+    result = record["result"]
+    return float(result.get("collective_time_ns", result["time_ns"]))
+
+
+def _rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One row per point: inputs, time, and speedup over its UA twin (``None`` without one)."""
+    base = {_key(r["point"]): _time_ns(r) for r in records if r["point"]["config"] == _BASELINE}
+    rows = []
+    for r in records:
+        p = r["point"]
+        t = _time_ns(r)
+        ua = base.get(_key(p))
+        rows.append({
+            "collective": p["collective"], "gpus": p["gpus"], "size_bytes": p["size_bytes"],
+            "config": p["config"], "nar_granularity": p["nar_granularity"],
+            "nar_granularity_used": r["result"].get("nar_granularity_used"),
+            "tbs_per_peer": p["tbs_per_peer"], "gemm_bytes": p.get("gemm_bytes", 0),
+            "time_ns": t, "speedup": (ua / t) if ua is not None and t > 0 else None,
+        })
+    return rows
+
+
+def _fig10(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    panels = []
+    for r in records:
+        lat = r["result"]["remote_store_latency_ns"]
+        panels.append({"config": r["point"]["config"], "gpus": r["point"]["gpus"],
+                       "size_bytes": r["point"]["size_bytes"], "mean_ns": lat["mean"], "max_ns": lat["max"],
+                       "p50_ns": lat["p50"], "p99_ns": lat["p99"], "count": lat["count"],
+                       "bin_ns": lat["histogram"]["bin_ns"], "counts": list(lat["histogram"]["counts"])})
+    return {"panels": panels}
+
+
+def _utilisation(result: Mapping[str, Any]) -> float:
+    """Scale-up bandwidth utilisation: the mean over every GPU's I/O ports of the fraction of
+    the run their egress link was busy."""
+    ports = result.get("io_ports") or []
+    return sum(float(p["egress_utilization"]) for p in ports) / len(ports) if ports else 0.0
+
+
+def figure_data(name: str, records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The numbers figure ``name`` shows, from sweep result records (``load_results``)."""
+    _check_name(name)
+    data: dict[str, Any] = {"figure": name, "points": len(records)}
+    if name == "fig10":
+        data.update(_fig10(records))
+        return data
+    rows = _rows(records)
+    if name == "fig12":
+        util = {(*_key(r["point"]), r["point"]["config"]): _utilisation(r["result"]) for r in records}
+        for row, r in zip(rows, records, strict=True):
+            row["utilisation"] = util[(*_key(r["point"]), r["point"]["config"])]
+    if name == "fig14":
+        alone = {(r["point"]["config"]): _time_ns(r) for r in records if not r["point"].get("gemm_bytes", 0)}
+        ua_alone = alone.get(_BASELINE)
+        for row in rows:
+            row["relative_time"] = row["time_ns"] / ua_alone if ua_alone else None
+    data["rows"] = rows
+    return data
+
+
+# --------------------------------------------------------------------------------------------
+# numbers -> pictures
+
+
+def _speedup_bars(ax: Axes, rows: Sequence[Mapping[str, Any]], groups: Sequence[Any], group_of: Callable[
+        [Mapping[str, Any]], Any], configs: Sequence[str], labels: Sequence[str]) -> None:
+    """Grouped bars: one group per entry of ``groups``, one bar per configuration."""
+    width = 0.8 / max(1, len(configs))
+    for c, config in enumerate(configs):
+        xs, ys = [], []
+        for g, group in enumerate(groups):
+            for row in rows:
+                if row["config"] == config and group_of(row) == group and row["speedup"] is not None:
+                    xs.append(g - 0.4 + width * (c + 0.5))
+                    ys.append(row["speedup"])
+        ax.bar(xs, ys, width=width, label=config, color=_COLOURS.get(config, "#999999"), edgecolor="black",
+               linewidth=0.3)
+    ax.axhline(1.0, color="black", linewidth=0.6, linestyle="--")
+    ax.set_xticks(range(len(groups)), list(labels))
+    # headroom above the tallest bar for the legend
+    tallest = max((r["speedup"] for r in rows if r["speedup"] is not None), default=1.0)
+    ax.set_ylim(0.0, 1.35 * max(1.0, tallest))
+
+
+def _ordered(values: Any) -> list[Any]:
+    return sorted(set(values), key=lambda v: (v is None, v))
+
+
+def _configs(rows: Sequence[Mapping[str, Any]], exclude_baseline: bool = True) -> list[str]:
+    order = list(_COLOURS)
+    found = {r["config"] for r in rows if not (exclude_baseline and r["config"] == _BASELINE)}
+    return sorted(found, key=lambda c: order.index(c) if c in order else len(order))
+
+
+def _render_fig9(fig: Figure, data: Mapping[str, Any]) -> None:
+    rows = data["rows"]
+    colls = _ordered(r["collective"] for r in rows)
+    gpus = _ordered(r["gpus"] for r in rows)
+    sizes = _ordered(r["size_bytes"] for r in rows)
+    configs = _configs(rows)
+    axes = fig.subplots(max(1, len(colls)), max(1, len(gpus)), squeeze=False, sharey=True)
+    for i, coll in enumerate(colls):
+        for j, n in enumerate(gpus):
+            ax = axes[i][j]
+            sub = [r for r in rows if r["collective"] == coll and r["gpus"] == n]
+            _speedup_bars(ax, sub, sizes, lambda r: r["size_bytes"], configs, [format_size(s) for s in sizes])
+            ax.set_title(f"{coll}, {n} GPUs", fontsize=8)
+            ax.tick_params(labelsize=6)
+            if j == 0:
+                ax.set_ylabel("speedup over UA")
+    axes[0][0].legend(fontsize=6, loc="upper right")
+    fig.suptitle("Fig 9: speedup over UA across pod and collective sizes")
+
+
+def _render_fig10(fig: Figure, data: Mapping[str, Any]) -> None:
+    panels = data["panels"]
+    axes = fig.subplots(1, max(1, len(panels)), squeeze=False, sharex=True)[0]
+    for ax, panel, letter in zip(axes, panels, "abcdefgh", strict=False):
+        counts = panel["counts"]
+        # trim trailing empty bins and merge into about 60 visible bars
+        last = max((k for k, v in enumerate(counts) if v), default=0) + 1
+        merge = max(1, math.ceil(last / 60))
+        bins = [sum(counts[k:k + merge]) for k in range(0, last, merge)]
+        total = sum(bins) or 1
+        width = panel["bin_ns"] * merge
+        ax.bar([k * width for k in range(len(bins))], [b / total for b in bins], width=width, align="edge",
+               color=_COLOURS.get(panel["config"], "#999999"), edgecolor="black", linewidth=0.2)
+        ax.axvline(panel["mean_ns"], color="red", linestyle="--", linewidth=1,
+                   label=f"mean {panel['mean_ns']:.0f} ns")
+        ax.axvline(panel["max_ns"], color="black", linestyle=":", linewidth=1,
+                   label=f"max {panel['max_ns']:.0f} ns")
+        ax.set_title(f"({letter}) {panel['config']}", fontsize=9)
+        ax.set_xlabel("remote store latency (ns)")
+        ax.set_ylabel("fraction of stores")
+        ax.legend(fontsize=7)
+    if panels:
+        fig.suptitle(f"Fig 10: remote-store latency, {panels[0]['gpus']} GPUs, "
+                     f"{format_size(panels[0]['size_bytes'])} allgather")
+
+
+def _render_fig11(fig: Figure, data: Mapping[str, Any]) -> None:
+    rows = data["rows"]
+    sizes = _ordered(r["size_bytes"] for r in rows)
+    configs = _configs(rows, exclude_baseline=False)
+    ax = fig.subplots()
+    _speedup_bars(ax, rows, sizes, lambda r: r["size_bytes"], configs, [format_size(s) for s in sizes])
+    ax.set_ylabel("speedup over UA")
+    ax.set_xlabel("allgather size")
+    ax.legend(fontsize=7, ncol=4)
+    fig.suptitle("Fig 11: isolation of techniques")
+
+
+def _render_fig12(fig: Figure, data: Mapping[str, Any]) -> None:
+    rows = [r for r in data["rows"] if r["config"] != _BASELINE]
+    sizes = _ordered(r["size_bytes"] for r in rows)
+    ax = fig.subplots()
+    speed = [next((r["speedup"] for r in rows if r["size_bytes"] == s), None) for s in sizes]
+    util = [next((r["utilisation"] for r in rows if r["size_bytes"] == s), None) for s in sizes]
+    xs = list(range(len(sizes)))
+    ax.bar(xs, [v if v is not None else 0.0 for v in speed], color=_COLOURS["NAP+NAR"],
+           label="NAP+NAR speedup", edgecolor="black", linewidth=0.3)
+    ax.axhline(1.0, color="black", linewidth=0.6, linestyle="--")
+    ax.set_xticks(xs, [format_size(s) for s in sizes])
+    ax.set_ylabel("speedup over UA")
+    ax.set_xlabel("allgather size")
+    twin = ax.twinx()
+    twin.plot(xs, [100.0 * (u or 0.0) for u in util], color="red", marker="o", label="scale-up utilisation")
+    twin.set_ylabel("scale-up bandwidth utilisation (%)")
+    twin.set_ylim(0, 100)
+    handles = ax.get_legend_handles_labels()
+    thandles = twin.get_legend_handles_labels()
+    ax.legend(handles[0] + thandles[0], handles[1] + thandles[1], fontsize=7, loc="upper center")
+    fig.suptitle("Fig 12: NAP+NAR vs size, 2-GPU allgather")
+
+
+def _render_fig13(fig: Figure, data: Mapping[str, Any]) -> None:
+    rows = [r for r in data["rows"] if r["config"] != _BASELINE]
+    grans = _ordered(r["nar_granularity"] for r in rows)
+    tbs = sorted({r["tbs_per_peer"] for r in rows}, reverse=True)
+    ax = fig.subplots()
+    width = 0.8 / max(1, len(tbs))
+    palette = ("#3182bd", "#fd8d3c", "#74c476", "#9e9ac8")
+    for t, k in enumerate(tbs):
+        xs, ys = [], []
+        for g, gran in enumerate(grans):
+            for r in rows:
+                if r["tbs_per_peer"] == k and r["nar_granularity"] == gran and r["speedup"] is not None:
+                    xs.append(g - 0.4 + width * (t + 0.5))
+                    ys.append(r["speedup"])
+        per_gpu = k * (max((r["gpus"] for r in rows), default=2) - 1)
+        ax.bar(xs, ys, width=width, color=palette[t % len(palette)], edgecolor="black", linewidth=0.3,
+               label=f"{per_gpu} threadblocks per GPU ({k} per peer)")
+    ax.axhline(1.0, color="black", linewidth=0.6, linestyle="--")
+    ax.set_xticks(range(len(grans)), [str(g) for g in grans])
+    ax.set_xlabel("NAR granularity (number of NAR domains)")
+    ax.set_ylabel("UA+NAR speedup over UA")
+    ax.legend(fontsize=7)
+    fig.suptitle("Fig 13: sensitivity to NAR granularity")
+
+
+def _render_fig14(fig: Figure, data: Mapping[str, Any]) -> None:
+    rows = data["rows"]
+    gemms = _ordered(r["gemm_bytes"] for r in rows)
+    ax = fig.subplots()
+    for config in _configs(rows, exclude_baseline=False):
+        pts = sorted((r["gemm_bytes"], r["relative_time"]) for r in rows
+                     if r["config"] == config and r["relative_time"] is not None)
+        ax.plot([gemms.index(g) for g, _ in pts], [v for _, v in pts], marker="o", label=config,
+                color=_COLOURS.get(config, "#999999"))
+    ax.set_xticks(range(len(gemms)), ["none" if g == 0 else format_size(g) for g in gemms])
+    ax.set_xlabel("GEMM matrix size (100 tiles per GPU)")
+    ax.set_ylabel("allgather time relative to UA alone")
+    ax.legend(fontsize=7)
+    fig.suptitle("Fig 14: allgather beside a concurrent GEMM")
+
+
+_RENDERERS: dict[str, tuple[Callable[[Figure, Mapping[str, Any]], None], tuple[float, float]]] = {
+    "fig9": (_render_fig9, (16.0, 8.0)),
+    "fig10": (_render_fig10, (9.0, 3.5)),
+    "fig11": (_render_fig11, (7.0, 3.5)),
+    "fig12": (_render_fig12, (6.0, 3.5)),
+    "fig13": (_render_fig13, (6.0, 3.5)),
+    "fig14": (_render_fig14, (6.0, 3.5)),
+}
+
+
+def render(name: str, data: Mapping[str, Any]) -> Figure:
+    """Figure ``name`` drawn from :func:`figure_data`'s numbers (no pyplot: no global figure)."""
+    draw, size = _RENDERERS[_check_name(name)]
+    fig = Figure(figsize=size, layout="constrained")
+    draw(fig, data)
+    return fig
+
+
+def save_figure(fig: Figure, stem: str | Path) -> tuple[Path, Path]:
+    """Write ``stem.png`` and ``stem.svg`` atomically, with fixed metadata (no dates, no
+    version strings, a fixed SVG hash salt) so that the same figure gives the same bytes."""
+    stem = Path(stem)
+    paths = (stem.with_name(stem.name + ".png"), stem.with_name(stem.name + ".svg"))
+    metadata: dict[str, dict[str, Any]] = {"png": {"Software": None},
+                                           "svg": {"Date": None, "Creator": None}}
+    with matplotlib.rc_context(_SAVE_RC):
+        for path, fmt in zip(paths, ("png", "svg"), strict=True):
+            buffer = io.BytesIO()
+            fig.savefig(buffer, format=fmt, dpi=150, metadata=metadata[fmt])
+            write_atomic(path, buffer.getvalue())
+    return paths

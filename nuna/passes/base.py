@@ -1,0 +1,115 @@
+"""The pass framework: the context a pass runs in, the pass protocol and the pipeline runner.
+
+A pass is a small frozen dataclass with a ``name`` class variable and one method,
+``run(plan, ctx) -> Plan``. It takes a verified plan and returns a *new* plan that differs only
+in its :class:`~nuna.plan.ir.Placement` annotations: it never changes what the plan computes.
+:func:`run_pipeline` runs passes in order, verifies the plan before the first and after every
+pass, and calls an optional observer after each one (the ``--print-between-passes`` hook).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING, ClassVar, Protocol
+
+from nuna.errors import PassError
+from nuna.plan.ir import ChunkPlacement, Placement, Plan, TbPlacement
+from nuna.plan.verify import chunk_bytes_for, verify
+
+if TYPE_CHECKING:
+    from nuna.topology.spec import TopologySpec
+
+
+@dataclass(frozen=True, slots=True)
+class PassContext:
+    """What every pass may read: the topology the plan will run on and the collective size.
+
+    ``size_bytes`` is the collective size as the simulator counts it (chunk bytes are
+    ``size_bytes / nchunksperloop``); placement budgets depend on it, so a rewritten plan records
+    it in ``Placement.size_bytes``.
+    """
+
+    topology: TopologySpec
+    size_bytes: int
+
+    def __post_init__(self) -> None:
+        if self.size_bytes <= 0:
+            raise PassError(f"collective size must be positive, got {self.size_bytes} bytes")
+
+
+class PlanPass(Protocol):
+    """Takes a verified plan, returns a new plan with the same data flow and new placement."""
+
+    name: ClassVar[str]
+
+    def run(self, plan: Plan, ctx: PassContext) -> Plan: ...
+
+
+#: Called after each pass with the pass and the plan it returned.
+Observer = Callable[[PlanPass, Plan], None]
+
+
+def verify_plan(plan: Plan) -> None:
+    """Raise ``PlanError`` unless ``plan`` passes the plans layer's structural check."""
+    verify(plan, strict=False).raise_on_error()
+
+
+def run_pipeline(plan: Plan, passes: Sequence[PlanPass], ctx: PassContext, *,
+                 observe: Observer | None = None, check: bool = True) -> Plan:
+    """Run ``passes`` on ``plan`` in order and return the final plan.
+
+    With ``check`` (the default) the input is verified first and every intermediate plan is
+    verified before the next pass sees it, so a pass that breaks a plan is named at once. A
+    plan with no chunk size (``nchunksperloop`` < 1) is a ``UsageError``, as in the simulator.
+    """
+    chunk_bytes_for(plan, ctx.size_bytes)
+    if check:
+        verify_plan(plan)
+    for p in passes:
+        out = p.run(plan, ctx)
+        if not _same_program(plan, out):
+            raise PassError(f"pass {p.name!r} changed the plan's program, not just its placement")
+        if check:
+            verify_plan(out)
+        if observe is not None:
+            observe(p, out)
+        plan = out
+    return plan
+
+
+def _same_program(a: Plan, b: Plan) -> bool:
+    """True when ``a`` and ``b`` differ at most in their placement (cheap: tuples compare by
+    identity first, and passes reuse the input's ``gpus`` tuple)."""
+    return dataclasses.replace(a, placement=b.placement) == b
+
+
+class _Keep(Enum):
+    """Marker for "keep the input plan's value" in :func:`replace_placement`."""
+
+    KEEP = "keep"
+
+
+KEEP = _Keep.KEEP
+
+
+def replace_placement(plan: Plan, ctx: PassContext, *,
+                      nar_granularity: int | _Keep | None = KEEP,
+                      threadblocks: tuple[TbPlacement, ...] | _Keep = KEEP,
+                      chunks: tuple[ChunkPlacement, ...] | _Keep = KEEP) -> Plan:
+    """A copy of ``plan`` with the given placement fields replaced, recording ``ctx.size_bytes``.
+
+    ``config`` is reset: it names the configuration that produced the *whole* placement and is
+    set by :func:`nuna.passes.configs.apply_config` after its last pass.
+    """
+    old = plan.placement
+    placement = Placement(
+        nar_granularity=old.nar_granularity if isinstance(nar_granularity, _Keep) else nar_granularity,
+        threadblocks=old.threadblocks if isinstance(threadblocks, _Keep) else threadblocks,
+        chunks=old.chunks if isinstance(chunks, _Keep) else chunks,
+        config=None,
+        size_bytes=ctx.size_bytes,
+    )
+    return dataclasses.replace(plan, placement=placement)

@@ -1,0 +1,191 @@
+"""The paper's named configurations (§5.3) as pass pipelines, and how NAR's granularity is chosen.
+
+=========== ===================== ==================== =================
+config      threadblocks          memory pages         routing
+=========== ===================== ==================== =================
+UA          round-robin (baseline) round-robin         hashed, all ports
+UA+NAR      round-robin           round-robin          NAR
+NUMA        near their memory     round-robin          hashed
+NUMA+NAR    near their memory     round-robin          NAR
+NAP         NAP (Algorithm 1)     NAP                  hashed
+NAP+NAR     NAP                   NAP                  NAR
+NAP*        NAP                   round-robin          hashed
+NAP*+NAR    NAP                   round-robin          NAR
+=========== ===================== ==================== =================
+
+In a ``+NAR`` configuration the NAR pass runs first, so NAP deals its groups over the same
+domains the stores are routed through (Algorithm 1's ``nar_max`` is the NAR granularity).
+:func:`apply_config` is what ``--config NAME`` resolves through.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from nuna.errors import UsageError
+from nuna.passes.access import decompose
+from nuna.passes.base import Observer, PassContext, PlanPass, run_pipeline
+from nuna.passes.logical import logical_allocation
+from nuna.passes.nap import NapPass, NapStarPass, annotate, physical_placement
+from nuna.passes.nar import GranularityEstimate, NarPass, check_granularity, estimate_granularity
+from nuna.passes.numa import NumaPass
+from nuna.passes.ua import UaPass
+from nuna.plan.ir import Plan
+from nuna.plan.verify import chunk_bytes_for
+from nuna.topology.address import nar_granularities
+
+Granularity = int | Literal["auto"] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """A named configuration: a placement policy and whether NAR routes the stores."""
+
+    name: str
+    placement: Literal["ua", "numa", "nap", "nap*"]
+    nar: bool
+    description: str
+
+    def placement_pass(self) -> PlanPass:
+        """The pass that places threadblocks and memory for this configuration."""
+        if self.placement == "ua":
+            return UaPass()
+        if self.placement == "numa":
+            return NumaPass()
+        if self.placement == "nap":
+            return NapPass()
+        return NapStarPass()
+
+    def passes(self, granularity: int | None = None) -> tuple[PlanPass, ...]:
+        """The pipeline; ``granularity`` is required exactly when the configuration uses NAR."""
+        if self.nar and granularity is None:
+            raise UsageError(f"config {self.name} routes with NAR: a granularity is needed")
+        if not self.nar and granularity is not None:
+            raise UsageError(f"config {self.name} does not route with NAR (granularity {granularity} given); "
+                             f"use {self.name}+NAR")
+        place = self.placement_pass()
+        return (NarPass(granularity), place) if granularity is not None else (place,)
+
+
+CONFIGS: dict[str, Config] = {c.name: c for c in (
+    Config("UA", "ua", False, "NUNA-unaware baseline: round-robin threadblocks and pages, hashed ports"),
+    Config("UA+NAR", "ua", True, "baseline placement, NAR routing"),
+    Config("NUMA", "numa", False, "threadblocks near the (round-robin) memory they access, hashed ports"),
+    Config("NUMA+NAR", "numa", True, "NUMA placement, NAR routing"),
+    Config("NAP", "nap", False, "NUNA-aware threadblock and memory placement, hashed ports"),
+    Config("NAP+NAR", "nap", True, "NUNA-aware placement and routing"),
+    Config("NAP*", "nap*", False, "NAP threadblock placement, round-robin pages, hashed ports"),
+    Config("NAP*+NAR", "nap*", True, "NAP threadblock placement, round-robin pages, NAR routing"),
+)}
+
+
+def get_config(name: str) -> Config:
+    """The configuration called ``name`` (case-insensitive), else ``UsageError``."""
+    for key, cfg in CONFIGS.items():
+        if key.lower() == name.strip().lower():
+            return cfg
+    raise UsageError(f"unknown config {name!r} (choose from {', '.join(CONFIGS)})")
+
+
+def parse_granularity(text: str | None) -> Granularity:
+    """CLI form of a granularity: ``None``/``''`` (the heuristic), ``auto`` or an integer."""
+    if text is None or not text.strip():
+        return None
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return int(text)
+    except ValueError:
+        raise UsageError(f"invalid NAR granularity {text!r}: expected an integer or 'auto'") from None
+
+
+@dataclass(frozen=True, slots=True)
+class GranularityChoice:
+    """How a configuration's granularity was chosen: ``method`` is ``given``, ``heuristic`` or
+    ``auto``; ``estimates`` (heuristic) or ``simulated_ns`` (auto, ``(G, time_ns)``) per
+    candidate."""
+
+    granularity: int | None
+    method: str
+    estimates: tuple[GranularityEstimate, ...] = ()
+    simulated_ns: tuple[tuple[int, float], ...] = ()
+
+
+def _place(plan: Plan, cfg: Config, ctx: PassContext, g: int | None, observe: Observer | None,
+           check: bool) -> Plan:
+    out = run_pipeline(plan, cfg.passes(g), ctx, observe=observe, check=check)
+    return dataclasses.replace(out, placement=dataclasses.replace(out.placement, config=cfg.name))
+
+
+def _placer(plan: Plan, cfg: Config, ctx: PassContext) -> Callable[[int], Plan]:
+    """``G -> plan placed by cfg at G``, computing what does not depend on ``G`` once: the
+    logical groups for NAP/NAP*, the whole placement for UA/NUMA (they ignore domains). Gives
+    the same plans as the configuration's pipeline (tested)."""
+    if cfg.placement in ("nap", "nap*"):
+        groups = logical_allocation(decompose(plan))
+        chunk_bytes = chunk_bytes_for(plan, ctx.size_bytes)
+
+        def place_nap(g: int) -> Plan:
+            routed = NarPass(g).run(plan, ctx)
+            result = physical_placement(groups, g, ctx.topology, chunk_bytes,
+                                        place_memory=cfg.placement == "nap")
+            return annotate(routed, ctx, result)
+
+        return place_nap
+    placed = cfg.placement_pass().run(plan, ctx)
+    return lambda g: NarPass(g).run(placed, ctx)
+
+
+def choose_granularity(plan: Plan, name: str, ctx: PassContext, requested: Granularity = None, *,
+                       seed: int = 0) -> GranularityChoice:
+    """Resolve ``requested`` for configuration ``name``: ``None`` for configurations without NAR;
+    an integer is checked; ``None`` runs the size-threshold heuristic
+    (:func:`nuna.passes.nar.estimate_granularity`); ``"auto"`` simulates every valid granularity
+    with :func:`nuna.sim.simulate` and keeps the fastest (ties: the coarser)."""
+    cfg = get_config(name)
+    spec = ctx.topology
+    if not cfg.nar:
+        if requested is not None:
+            raise UsageError(f"config {cfg.name} does not route with NAR: --nar-granularity applies to "
+                             f"{cfg.name}+NAR")
+        return GranularityChoice(None, "none")
+    if isinstance(requested, int) and not isinstance(requested, bool):
+        return GranularityChoice(check_granularity(spec, requested), "given")
+    if requested is None:
+        g, est = estimate_granularity(plan, spec, ctx.size_bytes, _placer(plan, cfg, ctx))
+        return GranularityChoice(g, "heuristic", estimates=est)
+    if requested != "auto":
+        raise UsageError(f"invalid NAR granularity {requested!r}: expected an integer or 'auto'")
+    from nuna.sim.replay import simulate  # the simulator is only needed for 'auto'
+
+    times: list[tuple[int, float]] = []
+    for g in nar_granularities(spec):
+        placed = _place(plan, cfg, ctx, g, None, False)
+        times.append((g, float(simulate(placed, spec, ctx.size_bytes, seed=seed).time_ns)))
+    best = min(times, key=lambda t: (t[1], t[0]))[0]
+    return GranularityChoice(best, "auto", simulated_ns=tuple(times))
+
+
+def apply_config(plan: Plan, name: str, ctx: PassContext, nar_granularity: Granularity = None, *,
+                 observe: Observer | None = None, seed: int = 0) -> Plan:
+    """``plan`` placed and routed as configuration ``name`` for the collective size in ``ctx``.
+
+    ``nar_granularity``: ``None`` (the heuristic for ``+NAR`` configurations, nothing otherwise),
+    an integer ``G``, or ``"auto"`` (simulate every candidate; ``seed`` goes to the simulator).
+    The result records ``config`` and ``size_bytes`` in its placement and verifies.
+    """
+    cfg = get_config(name)
+    choice = choose_granularity(plan, cfg.name, ctx, nar_granularity, seed=seed)
+    return _place(plan, cfg, ctx, choice.granularity, observe, True)
+
+
+def config_names(text: str | Sequence[str]) -> tuple[str, ...]:
+    """Canonical names from ``'UA,NAP+NAR'`` or a list; ``UsageError`` on an unknown one."""
+    items = text.split(",") if isinstance(text, str) else list(text)
+    names = tuple(get_config(item).name for item in items if item.strip())
+    if not names:
+        raise UsageError("no configuration given")
+    return names

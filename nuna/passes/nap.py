@@ -1,0 +1,310 @@
+"""NUNA-aware placement (NAP, paper §4.2, Algorithm 1) and its threadblock-only variant NAP*.
+
+Algorithm 1 in two phases, named as in the paper:
+
+1. :func:`~nuna.passes.logical.logical_allocation` groups threadblocks with the chunks they
+   access (:func:`~nuna.passes.access.decompose` gives ``W``) and sorts the groups by size.
+2. :func:`physical_placement` deals the groups round-robin over the ``nar_max`` NAR domains
+   and, per threadblock, takes the first CU in order of distance to the domain's I/O ports whose
+   remaining budget fits; per chunk, the nearest HBM stack of the domain whose remaining budget
+   fits. Remote chunks (the ones a send stores into a peer) are placed on the peer near the
+   *same port ordinals*: the Clos is rail-optimised, so a store leaving through port ``k``
+   arrives on port ``k`` of the peer, and both ends of the transfer are near.
+
+Round-robin start. Algorithm 1 increments ``nar`` before placing a group (line 12), so its
+first group would go to domain 1; the Fig 7 caption has threadblock ``w`` (first group) in
+domain 0. We follow the caption: group ``i`` (in sorted order) goes to domain ``i mod nar_max``.
+
+Budgets (``R_max`` of Algorithm 1, all from the topology):
+
+- CU: ``max_outstanding_requests_per_cu`` (700) requests. A threadblock's demand is the number
+  of flits (``flit_bytes``) of all the chunks it accesses, capped at ``R_max``: a threadblock
+  can never have more requests in flight than its CU allows, so a large one claims a whole CU.
+- HBM stack: the bandwidth-delay product ``hbm_stack_bandwidth_gbps x memory_access_latency_ns``
+  (1000 GB/s x 120 ns = 120 kB on nuna-4die): the bytes a stack can have in flight before
+  it saturates, with the paper's constant per-access memory latency (§5.1) as the delay. Every
+  threadblock's access to a chunk charges the chunk's stack (Algorithm 1 line 18 charges per
+  threadblock), with the chunk's size capped at the budget for the same reason as above; the
+  stack is chosen once, by the first access (a chunk has one stack), later accesses only
+  charge it.
+
+When no candidate fits, the least-loaded candidate takes the item (lowest distance among
+equals) and the overflow is recorded: the paper's "oversubscription of each NAR domain" (§6.1).
+CUs are searched over the whole chip (a threadblock placed far only costs latency), stacks only
+within the group's domain (a chunk outside it would, under NAR, route through another domain's
+ports, breaking the group's locality).
+
+Pages are 4 KiB and realised by the simulator from the chunk placements in the order they are
+listed: the first chunk to touch a page fixes its stack (first come, first served, in
+``logical_allocation`` processing order) and sub-page chunks share the first-chosen page.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+from nuna.errors import PassError
+from nuna.passes.access import ChunkKey, TbAccess, decompose
+from nuna.passes.base import PassContext, replace_placement
+from nuna.passes.logical import LogicalGroup, logical_allocation
+from nuna.plan.ir import ChunkPlacement, Plan, TbPlacement
+from nuna.plan.verify import chunk_bytes_for
+from nuna.plan.xml import canonical_placement
+from nuna.topology.address import (
+    nar_domain_ports,
+    nar_domain_stacks,
+    nar_granularities,
+    nearest_cus,
+    nearest_stacks,
+    stacks_by_distance,
+)
+from nuna.topology.spec import TopologySpec
+
+
+def cu_budget_requests(spec: TopologySpec) -> int:
+    """``R_max`` of a CU: outstanding requests it can have in flight."""
+    return spec.chip.max_outstanding_requests_per_cu
+
+
+def stack_budget_bytes(spec: TopologySpec) -> int:
+    """``R_max`` of an HBM stack: its bandwidth-delay product in bytes (see the module doc)."""
+    return int(spec.chip.hbm_stack_bandwidth_gbps * spec.chip.memory_access_latency_ns)
+
+
+def tb_demand_requests(access: TbAccess, chunk_bytes: int, spec: TopologySpec) -> int:
+    """Requests a threadblock adds to its CU: flits of the chunks it accesses, capped at R_max."""
+    flits_per_chunk = -(-chunk_bytes // spec.chip.flit_bytes)
+    return min(len(access.chunks) * flits_per_chunk, cu_budget_requests(spec))
+
+
+def chunk_demand_bytes(chunk_bytes: int, spec: TopologySpec) -> int:
+    """Bytes a chunk adds to its stack's budget, capped at the budget."""
+    return min(chunk_bytes, stack_budget_bytes(spec))
+
+
+def finest_granularity(spec: TopologySpec) -> int:
+    """The largest valid NAR granularity (one domain per smallest port group)."""
+    return nar_granularities(spec)[-1]
+
+
+@dataclass(frozen=True, slots=True)
+class Overflow:
+    """An item placed although no candidate had room for it: ``kind`` ``"cu"`` (candidates: all
+    CUs of ``gpu``) or ``"stack"`` (candidates: the stacks of ``domain``); ``least_load`` is the
+    smallest load among the candidates at that moment (so ``least_load + demand > budget``)."""
+
+    kind: str
+    gpu: int
+    resource: int
+    demand: int
+    domain: int
+    least_load: int
+
+
+@dataclass(frozen=True, slots=True)
+class NapPlacement:
+    """Result of Algorithm 1: ``M_compute`` (``threadblocks``) and ``M_memory`` (``chunks``, in
+    first-come-first-served order), the domain of every group and threadblock, and the budget
+    bookkeeping (final loads and overflows) for inspection and tests."""
+
+    domains: int
+    groups: tuple[LogicalGroup, ...]
+    group_domain: tuple[int, ...]
+    threadblocks: tuple[TbPlacement, ...]
+    chunks: tuple[ChunkPlacement, ...]
+    tb_domain: tuple[tuple[int, int, int], ...]   # (gpu, tb, domain)
+    tb_demand: tuple[tuple[int, int, int], ...]   # (gpu, tb, requests)
+    chunk_demand_bytes: int  # per access: every threadblock touching a chunk loads its stack
+    cu_budget: int
+    stack_budget: int
+    cu_load: tuple[tuple[int, int, int], ...]     # (gpu, cu, requests), loaded CUs only
+    stack_load: tuple[tuple[int, int, int], ...]  # (gpu, stack, bytes), loaded stacks only
+    overflows: tuple[Overflow, ...]
+
+
+class FirstFit:
+    """Per-GPU loads of one resource kind, with first-fit over an ordered candidate list."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.load: dict[tuple[int, int], int] = {}
+        # first candidate index that may still have room, per (gpu, candidate list name); loads
+        # only grow, so a completely full candidate stays full and later scans can skip it
+        self._start: dict[tuple[int, int], int] = {}
+
+    def take(self, gpu: int, order: tuple[int, ...], demand: int, order_key: int) -> tuple[int, bool, int]:
+        """Choose a resource for ``demand`` among ``order`` (named ``order_key``: the same key
+        must always come with the same order) and charge it; returns the resource, whether it
+        fitted and, when it did not, the least load among the candidates before the charge."""
+        load = self.load
+        key = (gpu, order_key)
+        start = self._start.get(key, 0)
+        while start < len(order) and load.get((gpu, order[start]), 0) >= self.budget:
+            start += 1
+        self._start[key] = start
+        for r in order[start:]:
+            if load.get((gpu, r), 0) + demand <= self.budget:
+                load[(gpu, r)] = load.get((gpu, r), 0) + demand
+                return r, True, load[(gpu, r)] - demand
+        # oversubscribe the least-loaded candidate; the earliest (nearest) among equals
+        best = min(order, key=lambda r: load.get((gpu, r), 0))
+        least = load.get((gpu, best), 0)
+        load[(gpu, best)] = least + demand
+        return best, False, least
+
+    def charge(self, gpu: int, resource: int, amount: int) -> None:
+        """Add ``amount`` to a resource without a placement decision (a further access)."""
+        if amount:
+            self.load[(gpu, resource)] = self.load.get((gpu, resource), 0) + amount
+
+    def loads(self) -> tuple[tuple[int, int, int], ...]:
+        return tuple((g, r, v) for (g, r), v in sorted(self.load.items()))
+
+
+_DomainOrder = tuple[tuple[int, ...], tuple[int, ...], frozenset[int]]
+
+
+@functools.cache  # a memo of a pure function of frozen values
+def _domain_orders(spec: TopologySpec, g: int) -> tuple[_DomainOrder, ...]:
+    """Per domain: CUs by distance to its ports, its stacks by distance to its ports, its stacks."""
+    out = []
+    for ports, stacks in zip(nar_domain_ports(spec, g), nar_domain_stacks(spec, g), strict=True):
+        own = frozenset(stacks)
+        out.append((nearest_cus(spec, ports), tuple(s for s in nearest_stacks(spec, ports) if s in own), own))
+    return tuple(out)
+
+
+def physical_placement(groups: Sequence[LogicalGroup], nar_max: int, spec: TopologySpec, chunk_bytes: int,
+                       *, place_memory: bool = True) -> NapPlacement:
+    """Algorithm 1 lines 11-22 over ``groups`` (already sorted by ``logical_allocation``).
+
+    ``place_memory=False`` is NAP*: threadblocks are placed as NAP places them (budgets and all),
+    chunks are left to the baseline round-robin page policy.
+    """
+    if nar_max not in nar_granularities(spec):
+        valid = ", ".join(str(v) for v in nar_granularities(spec))
+        raise PassError(f"nap: {nar_max} NAR domains is not a valid granularity for {spec.name} "
+                        f"(valid: {valid})")
+    orders = _domain_orders(spec, nar_max)
+    cus = FirstFit(cu_budget_requests(spec))
+    stacks = FirstFit(stack_budget_bytes(spec))
+    c_demand = chunk_demand_bytes(chunk_bytes, spec)
+    tb_out: list[TbPlacement] = []
+    chunk_out: list[ChunkPlacement] = []
+    tb_domain: list[tuple[int, int, int]] = []
+    tb_demand: list[tuple[int, int, int]] = []
+    overflows: list[Overflow] = []
+    group_domain: list[int] = []
+    stack_of: dict[ChunkKey, int] = {}
+    pending: dict[ChunkKey, int] = {}  # accesses to chunks of groups placed later
+    near_cu: dict[tuple[int, int], tuple[int, ...]] = {}  # (cu, domain) -> the domain's stacks by distance
+    for i, group in enumerate(groups):
+        nar = i % nar_max  # Fig 7 caption: the first group uses domain 0 (see the module doc)
+        group_domain.append(nar)
+        cu_order, port_stacks, own_stacks = orders[nar]
+        for member in group.members:
+            acc = member.access
+            demand = tb_demand_requests(acc, chunk_bytes, spec)
+            cu, fitted, least = cus.take(acc.gpu, cu_order, demand, nar)
+            if not fitted:
+                overflows.append(Overflow("cu", acc.gpu, cu, demand, nar, least))
+            tb_out.append(TbPlacement(acc.gpu, acc.tb, cu))
+            tb_domain.append((acc.gpu, acc.tb, nar))
+            tb_demand.append((acc.gpu, acc.tb, demand))
+            if not place_memory:
+                continue
+            new = frozenset(member.new_chunks)
+            for chunk in acc.chunks:
+                stack = stack_of.get(chunk)
+                if stack is not None:  # placed before: this access still loads its stack
+                    stacks.charge(chunk.gpu, stack, c_demand)
+                    continue
+                if chunk not in new:  # another group's chunk, not placed yet: charge it then
+                    pending[chunk] = pending.get(chunk, 0) + 1
+                    continue
+                if chunk.gpu == acc.gpu:  # local: the CU's nearest stack of the domain
+                    order = near_cu.get((cu, nar))
+                    if order is None:
+                        order = tuple(s for s in stacks_by_distance(spec, cu) if s in own_stacks)
+                        near_cu[(cu, nar)] = order
+                    order_key = nar_max + cu * nar_max + nar
+                else:  # remote: near the same port ordinals on the peer
+                    order, order_key = port_stacks, nar
+                stack, fitted, least = stacks.take(chunk.gpu, order, c_demand, order_key)
+                if not fitted:
+                    overflows.append(Overflow("stack", chunk.gpu, stack, c_demand, nar, least))
+                stack_of[chunk] = stack
+                stacks.charge(chunk.gpu, stack, c_demand * pending.pop(chunk, 0))
+                chunk_out.append(ChunkPlacement(chunk.gpu, chunk.buffer, chunk.chunk, stack))
+    return NapPlacement(
+        domains=nar_max, groups=tuple(groups), group_domain=tuple(group_domain),
+        threadblocks=tuple(tb_out), chunks=tuple(chunk_out), tb_domain=tuple(tb_domain),
+        tb_demand=tuple(tb_demand), chunk_demand_bytes=c_demand, cu_budget=cus.budget,
+        stack_budget=stacks.budget, cu_load=cus.loads(), stack_load=stacks.loads(),
+        overflows=tuple(overflows),
+    )
+
+
+def nap_placement(plan: Plan, spec: TopologySpec, size_bytes: int, nar_max: int, *,
+                  place_memory: bool = True) -> NapPlacement:
+    """Algorithm 1 on ``plan`` for a collective of ``size_bytes``: decomposition,
+    ``logical_allocation``, ``physical_placement``."""
+    groups = logical_allocation(decompose(plan))
+    return physical_placement(groups, nar_max, spec, chunk_bytes_for(plan, size_bytes),
+                              place_memory=place_memory)
+
+
+def _domains_for(plan: Plan, explicit: int | None, spec: TopologySpec, who: str) -> int:
+    """``nar_max``: the plan's NAR granularity when a NAR pass set one, else ``explicit``, else
+    the finest granularity of the topology. NAP without NAR still deals groups over domains; the
+    finest granularity spreads them over the most distinct places along the chip's edges, and
+    it is the granularity NAP+NAR uses for latency-bound sizes, so NAP and NAP+NAR differ only
+    in routing there (the paper's isolation study, Fig 11)."""
+    routed = plan.placement.nar_granularity
+    if routed is not None:  # 1 = routed over all ports, one domain: Algorithm 1 with nar_max = 1
+        if explicit is not None and explicit != routed:
+            raise PassError(f"{who}: domains={explicit} but the plan is routed with NAR granularity {routed}")
+        return routed
+    return explicit if explicit is not None else finest_granularity(spec)
+
+
+@dataclass(frozen=True, slots=True)
+class NapPass:
+    """NAP: threadblocks near the I/O ports of their NAR domain and the chunks they access in
+    the domain's nearest HBM stacks, on both ends of every remote store (Algorithm 1).
+
+    ``domains`` is ``nar_max``. ``None``: the plan's NAR granularity if a NAR pass ran first,
+    else the topology's finest granularity.
+    """
+
+    name: ClassVar[str] = "nap"
+    domains: int | None = None
+
+    def run(self, plan: Plan, ctx: PassContext) -> Plan:
+        nar_max = _domains_for(plan, self.domains, ctx.topology, self.name)
+        return annotate(plan, ctx, nap_placement(plan, ctx.topology, ctx.size_bytes, nar_max))
+
+
+@dataclass(frozen=True, slots=True)
+class NapStarPass:
+    """NAP*: NAP's threadblock placement with the baseline round-robin memory placement."""
+
+    name: ClassVar[str] = "nap*"
+    domains: int | None = None
+
+    def run(self, plan: Plan, ctx: PassContext) -> Plan:
+        nar_max = _domains_for(plan, self.domains, ctx.topology, self.name)
+        result = nap_placement(plan, ctx.topology, ctx.size_bytes, nar_max, place_memory=False)
+        return annotate(plan, ctx, result)
+
+
+def annotate(plan: Plan, ctx: PassContext, result: NapPlacement) -> Plan:
+    """``plan`` carrying ``result`` (NAP*: ``result.chunks`` is empty) in the order the XML
+    stores entries, so that it reads back identically (chunk order within a GPU, the
+    first-come-first-served order, is kept)."""
+    out = replace_placement(plan, ctx, threadblocks=result.threadblocks, chunks=result.chunks)
+    return dataclasses.replace(out, placement=canonical_placement(out))

@@ -1,0 +1,237 @@
+"""Side-by-side comparison of configurations on one plan (``nuna diff``) and the demo job
+(``nuna demo``): simulate each configuration, collect the figures the paper reports, and say
+what the rewrite changed.
+
+Library code: it returns records, text and figure bytes; the CLI prints and writes them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from nuna.passes.base import PassContext
+from nuna.passes.configs import Granularity, apply_config, choose_granularity, get_config
+from nuna.passes.nap import finest_granularity
+from nuna.plan.dag import build_dag, flatten
+from nuna.plan.generate import generate
+from nuna.plan.ir import Plan
+from nuna.sim.layout import memory_layout, threadblock_cus
+from nuna.sim.replay import simulate
+from nuna.sim.result import SimResult
+from nuna.topology.address import nar_domain_cus
+from nuna.topology.render import figure_bytes, topology_figure
+from nuna.topology.spec import TopologySpec
+from nuna.units import format_size
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigRow:
+    """One configuration's measurements (times in ns) and what its rewrite changed relative to
+    the first configuration of the comparison."""
+
+    config: str
+    nar_granularity: int | None
+    granularity_method: str
+    time_ns: float
+    speedup: float
+    latency_mean_ns: float
+    latency_p99_ns: float
+    latency_max_ns: float
+    load_hops: float
+    remote_store_hops: float
+    die_crossing_bytes: int
+    port_balance: float
+    ports_used: int
+    tbs_per_domain: tuple[int, ...]
+    domains_counted: int
+    threadblocks_moved: int
+    pages_moved: int
+    result: SimResult = dataclasses.field(repr=False, compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "result"}
+        out["tbs_per_domain"] = list(self.tbs_per_domain)
+        out["remote_store_latency_ns"] = self.result.to_json()["remote_store_latency_ns"]
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """``nuna diff``'s result: the plan, the size and one row per configuration (the first is
+    the reference for speedups and changes)."""
+
+    plan: str
+    topology: str
+    size_bytes: int
+    rows: tuple[ConfigRow, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"plan": self.plan, "topology": self.topology, "size_bytes": self.size_bytes,
+                "reference": self.rows[0].config if self.rows else None,
+                "configs": [r.to_json() for r in self.rows]}
+
+
+def _port_balance(result: SimResult) -> tuple[float, int]:
+    """max/mean of the egress bytes over all I/O ports of the pod, and how many carried any."""
+    eg = result.port_egress_bytes.astype(np.float64)
+    mean = float(eg.mean()) if eg.size else 0.0
+    return (float(eg.max()) / mean if mean > 0 else 0.0), int((eg > 0).sum())
+
+
+def _tbs_per_domain(plan: Plan, spec: TopologySpec, cus: np.ndarray, g: int) -> tuple[int, ...]:
+    """Threadblocks whose CU is nearest each domain's ports at granularity ``g``."""
+    owner = np.zeros(spec.chip.cus, dtype=np.int64)
+    for d, members in enumerate(nar_domain_cus(spec, g)):
+        owner[list(members)] = d
+    return tuple(np.bincount(owner[cus], minlength=g).tolist())
+
+
+def compare(plan: Plan, spec: TopologySpec, size_bytes: int, configs: Sequence[str],
+            nar_granularity: Granularity = None, *, seed: int = 0, packet_bytes: int = 256) -> Comparison:
+    """Place ``plan`` with each configuration, simulate it and compare (see :class:`ConfigRow`).
+
+    ``nar_granularity`` applies to the ``+NAR`` configurations (``None``: each one's heuristic).
+    Threadblocks per NAR domain are counted at the configuration's granularity, or at the
+    topology's finest for configurations without NAR.
+    """
+    ctx = PassContext(spec, size_bytes)
+    dag = build_dag(plan)
+    flat = flatten(plan)
+    rows: list[ConfigRow] = []
+    ref_cus: np.ndarray | None = None
+    ref_pages: np.ndarray | None = None
+    ref_time = 0.0
+    for name in configs:
+        cfg = get_config(name)
+        choice = choose_granularity(plan, cfg.name, ctx, nar_granularity if cfg.nar else None, seed=seed)
+        placed = apply_config(plan, cfg.name, ctx, choice.granularity, seed=seed)
+        result = simulate(placed, spec, size_bytes, seed=seed, packet_bytes=packet_bytes)
+        cus = threadblock_cus(placed, spec, flat)
+        pages = memory_layout(placed, spec, size_bytes, flat, dag.match_send).page_stack
+        if ref_cus is None or ref_pages is None:
+            ref_cus, ref_pages, ref_time = cus, pages, result.time_ns
+        balance, used = _port_balance(result)
+        g_count = choice.granularity if choice.granularity is not None and choice.granularity > 1 \
+            else finest_granularity(spec)
+        lat = result.remote_store_latency
+        rows.append(ConfigRow(
+            config=cfg.name, nar_granularity=choice.granularity, granularity_method=choice.method,
+            time_ns=result.time_ns, speedup=ref_time / result.time_ns if result.time_ns > 0 else 0.0,
+            latency_mean_ns=lat.mean_ns, latency_p99_ns=lat.p99_ns, latency_max_ns=lat.max_ns,
+            load_hops=result.noc_hops.get("load_mean", 0.0),
+            remote_store_hops=result.noc_hops.get("remote_store_mean", 0.0),
+            die_crossing_bytes=result.die_crossing_bytes, port_balance=balance, ports_used=used,
+            tbs_per_domain=_tbs_per_domain(plan, spec, cus, g_count), domains_counted=g_count,
+            threadblocks_moved=int((cus != ref_cus).sum()), pages_moved=int((pages != ref_pages).sum()),
+            result=result,
+        ))
+    return Comparison(plan.name, spec.name, size_bytes, tuple(rows))
+
+
+_ROWS: tuple[tuple[str, str], ...] = (
+    ("NAR granularity", "g"),
+    ("time (us)", "time"),
+    ("speedup", "speedup"),
+    ("remote store mean (ns)", "mean"),
+    ("remote store p99 (ns)", "p99"),
+    ("remote store max (ns)", "max"),
+    ("NoC hops/flit, load", "load_hops"),
+    ("NoC hops/flit, remote store", "remote_store_hops"),
+    ("die-crossing bytes", "die"),
+    ("I/O port max/mean", "balance"),
+    ("I/O ports used", "ports"),
+    ("threadblocks per domain", "tbs"),
+    ("threadblocks moved", "moved"),
+    ("pages moved", "pages"),
+)
+
+
+def _cell(row: ConfigRow, key: str) -> str:
+    if key == "g":
+        return "-" if row.nar_granularity is None else f"{row.nar_granularity} ({row.granularity_method})"
+    values: dict[str, str] = {
+        "time": f"{row.time_ns / 1000:.3f}", "speedup": f"{row.speedup:.2f}x",
+        "mean": f"{row.latency_mean_ns:.0f}", "p99": f"{row.latency_p99_ns:.0f}",
+        "max": f"{row.latency_max_ns:.0f}", "load_hops": f"{row.load_hops:.1f}",
+        "remote_store_hops": f"{row.remote_store_hops:.1f}", "die": f"{row.die_crossing_bytes:,}",
+        "balance": f"{row.port_balance:.2f}", "ports": str(row.ports_used),
+        "tbs": f"{'/'.join(str(n) for n in row.tbs_per_domain)} (G={row.domains_counted})",
+        "moved": str(row.threadblocks_moved), "pages": f"{row.pages_moved:,}",
+    }
+    return values[key]
+
+
+def format_comparison(c: Comparison) -> str:
+    """The comparison as an aligned text table, configurations as columns."""
+    head = [f"{c.plan} on {c.topology}, {format_size(c.size_bytes)}; changes relative to {c.rows[0].config}"]
+    table = [["", *[r.config for r in c.rows]]] + [[label, *[_cell(r, key) for r in c.rows]]
+                                                  for label, key in _ROWS]
+    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
+    lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(
+        zip(line, widths, strict=True))) for line in table]
+    return "\n".join(head + lines)
+
+
+# --- the demo -------------------------------------------------------------------------------
+
+DEMO_GPUS = 8
+DEMO_SIZES_BYTES = (100_000, 1_000_000)
+DEMO_CONFIGS = ("UA", "NAP+NAR")
+
+
+def latency_figure(c: Comparison) -> Figure:
+    """Remote-store latency histograms of each configuration, one panel each (the paper's
+    Fig 10), with the mean and maximum marked."""
+    fig = Figure(figsize=(4.2 * len(c.rows), 3.2))
+    axes = fig.subplots(1, len(c.rows), sharex=True, squeeze=False)[0]
+    hi = max(r.latency_max_ns for r in c.rows)
+    for ax, row in zip(axes, c.rows, strict=True):
+        lat = row.result.remote_store_latency
+        counts = np.asarray(lat.histogram, dtype=np.float64)
+        width = max(1, round(10.0 / lat.bin_ns))  # 10 ns bars
+        n = -(-counts.size // width) * width
+        bars = np.pad(counts, (0, n - counts.size)).reshape(-1, width).sum(axis=1)
+        edges = np.arange(bars.size) * lat.bin_ns * width
+        total = bars.sum()
+        ax.bar(edges, bars / total if total else bars, width=lat.bin_ns * width, align="edge",
+               color="#1f5fa8")
+        ax.axvline(lat.mean_ns, color="#d0542c", linestyle="--", linewidth=1)
+        ax.axvline(lat.max_ns, color="#404a5a", linestyle=":", linewidth=1)
+        ax.set_title(f"{row.config}: mean {lat.mean_ns:.0f} ns, max {lat.max_ns:.0f} ns", fontsize=9)
+        ax.set_xlabel("remote store latency (ns)")
+        ax.set_xlim(0, hi * 1.05)
+    axes[0].set_ylabel("fraction of 256 B stores")
+    fig.suptitle(f"{c.plan}, {format_size(c.size_bytes)} ({c.topology})", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+@dataclass(frozen=True, slots=True)
+class DemoOutput:
+    """What ``nuna demo`` prints and writes: one comparison per size, and the files' bytes."""
+
+    comparisons: tuple[Comparison, ...]
+    files: tuple[tuple[str, bytes], ...]
+
+
+def run_demo(spec: TopologySpec, *, tbs_per_peer: int = 1, seed: int = 0) -> DemoOutput:
+    """The main job on defaults: an 8-GPU direct allgather at 100 kB and 1 MB, UA vs NAP+NAR,
+    the latency histograms of each size and the chip with the NAR domains NAP+NAR used."""
+    plan = generate("allgather", DEMO_GPUS, tbs_per_peer=tbs_per_peer)
+    comparisons: list[Comparison] = []
+    files: list[tuple[str, bytes]] = []
+    for size in DEMO_SIZES_BYTES:
+        c = compare(plan, spec, size, DEMO_CONFIGS, seed=seed)
+        comparisons.append(c)
+        files.append((f"latency-{format_size(size)}.png", figure_bytes(latency_figure(c), "png")))
+    granularities = sorted({r.nar_granularity for c in comparisons for r in c.rows
+                            if r.nar_granularity is not None and r.nar_granularity > 1})
+    for g in granularities or [finest_granularity(spec)]:
+        files.append((f"chip-nar{g}.png", figure_bytes(topology_figure(spec, nar=g), "png")))
+    return DemoOutput(tuple(comparisons), tuple(files))

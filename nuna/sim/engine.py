@@ -1,0 +1,1307 @@
+"""The flit event engine shared by the replay and the synthetic NoC mode.
+
+Resources are directed edges. Every edge has a latency, a bandwidth (bytes/ns) and, at its
+downstream end, an input buffer: either a bounded, input-queued router buffer (``nvc`` virtual
+channels of ``cap`` bytes each, FIFO per virtual channel, credit flow control) or an unbounded
+buffer without head-of-line order (output queues, memory controllers, sinks).
+
+A packet of ``S`` bytes travels a path of edges in virtual cut-through fashion. When it reaches
+the head of its virtual channel it requests its next edge; the edge grants requests oldest
+first among those that are eligible: the edge is idle, the packet's input port is idle and
+bids for this edge (an input-queued port bids for one output at a time, as BookSim's separable
+allocator does), and the next buffer has a virtual channel with ``min(S, cap)`` free bytes. On a
+grant at time ``t`` the link is busy until the tail has passed, ``t + S/bw`` (later if the tail
+arrives late), the head reaches the next buffer at ``t + latency`` and the credits of the buffer
+it leaves come back ``credit_delay`` after its tail left. A packet that becomes head of its
+virtual channel behind another one first redoes route computation and VC allocation
+(``setup``). So an uncontended single flit takes exactly the sum of its path's latencies, a long
+transfer streams at its bottleneck bandwidth, and queueing, head-of-line blocking and back
+pressure (tree saturation) emerge instead of being assumed.
+
+Events are processed in global time order from a binary heap keyed by ``(time, sequence)``, so
+equal-time events keep their insertion order and runs are deterministic. State lives in a few
+packed numpy arrays (one row per edge, virtual channel or packet: a hop touches a handful of
+cache lines, not dozens) handled by ``numba`` functions; the two drivers (:mod:`nuna.sim.noc`,
+:mod:`nuna.sim.replay`) have their event loops at the end of this module, so that numba's cache,
+which only tracks the file a function lives in, is invalidated by any change to the engine.
+
+Units: times in ns (float64), sizes in bytes (int64), ``inv_bw`` in ns per byte.
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
+
+import numpy as np
+import numpy.typing as npt
+from numba import njit
+
+F8 = npt.NDArray[np.float64]
+I8 = npt.NDArray[np.int64]
+I4 = npt.NDArray[np.int32]
+U1 = npt.NDArray[np.uint8]
+
+INF = np.inf
+_BIG = 1 << 62  # larger than any packet
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+# numba's reference counting would incref/decref every state array at each function boundary:
+# measured 14x slower on the NoC benchmark. The kernels never allocate, so they run without the
+# runtime (the private but long-standing ``_nrt`` flag).
+_JIT_OPTIONS: dict[str, Any] = {"cache": True, "_nrt": False}
+
+
+def _hot(fn: _F) -> _F:
+    """Compile ``fn`` and inline it into its callers (small helpers on the hot path)."""
+    return cast(_F, njit(inline="always", **_JIT_OPTIONS)(fn))
+
+
+def _jit(fn: _F) -> _F:
+    """Compile ``fn`` as its own function (larger helpers: keeps compile time down)."""
+    return cast(_F, njit(**_JIT_OPTIONS)(fn))
+
+
+#: Event kinds (low 3 bits of the heap payload; the id is in the other bits).
+EV_ARRIVE = 0  # the head of packet ``id`` reaches the buffer at the end of its current edge
+EV_WAKE = 1  # edge ``id`` re-runs its arbitration (became idle, credits or an input freed)
+EV_DELIVER = 2  # the tail of packet ``id`` has reached the end of its path
+EV_HEAD = 3  # packet ``id`` finished the route/VC set-up after reaching its VC's head
+EV_ROOM = 4  # source queue ``id`` dropped below its notification threshold (for the drivers)
+
+#: Indices into the ``ctr`` array of scalar counters.
+C_HEAP_N = 0  # events in the heap
+C_SEQ = 1  # next sequence number
+C_EVENTS = 2  # flit-hop events: grants of physical edges
+C_STACK_N = 3  # edges waiting for arbitration at the current time
+C_OVERFLOW = 4  # 1 when a fixed-size array ran out of room
+C_POPPED = 5  # heap events processed
+C_RING = 6  # credit-return slots per virtual channel
+NCTR = 8
+
+# State.ef columns (per edge, floats; one 64-byte row): latency, ns per byte, credit delay,
+# head set-up (static); link idle from, input port idle from, earliest pending wake, busy time
+# (bytes granted = busy time x bandwidth, see ``edge_bytes``)
+EF_LAT, EF_INVBW, EF_CDELAY, EF_SETUP, EF_FREE, EF_INFREE, EF_WAKE, EF_BUSY = range(8)
+NEF = 8
+# State.ei columns (per edge, int32): bytes per virtual channel (-1 unbounded), virtual channels,
+# 1 if the downstream buffer is an input-queued FIFO, first row in the VC arrays (-1: none);
+# requests waiting for the edge (list via PI_WNEXT); the packet of this input port that bids;
+# the port's other ready heads (list via PI_RNEXT); on the arbitration stack; round-robin VC
+# pointer; blocked on credits; packets granted; for a source queue, the length below which the
+# engine posts an EV_ROOM event when a packet leaves it (0: never)
+EI_CAP, EI_NVC, EI_FIFO, EI_VBASE, EI_WHEAD, EI_WTAIL, EI_ACTIVE, EI_RHEAD, EI_RTAIL, EI_INSTACK, EI_RR, \
+    EI_CWAIT, EI_PKTS, EI_NOTIFY = range(14)
+NEI = 16
+# State.vf columns (per virtual channel of a buffered edge): credits in use, FIFO of packets,
+# pending credit returns, time a new head may bid, packets queued (source queues only), then the
+# returns' times and bytes
+VF_USED, VF_HEAD, VF_TAIL, VF_CRN, VF_READY, VF_QLEN = range(6)
+VF_RING = 6
+# State.pi columns (per packet, int32; one 64-byte row): second segment, edge-id offsets and
+# sizes of the two legs, current leg, index of the current edge in ``seg_edge`` and the end of
+# the current leg's segment there, virtual channel and credit bytes held, list links, head
+# arrived. PI_USER0/1 are free for the drivers.
+PI_SEG1, PI_BASE0, PI_BASE1, PI_SIZE0, PI_SIZE1, PI_LEG, PI_POS, PI_END, PI_VC, PI_NEED, PI_VNEXT, \
+    PI_WNEXT, PI_RNEXT, PI_ARR, PI_USER0, PI_USER1 = range(16)
+NPI = 16
+
+Net = namedtuple(
+    "Net",
+    [
+        "ef",  # f8[E, NEF] static columns filled (copied into each State)
+        "ei",  # i4[E, NEI] static columns filled
+        "seg_ptr",  # i8[nseg+1] CSR of path segments
+        "seg_edge",  # i4[...] local edge ids; the actual edge is seg_edge + the packet's base
+        "flit",  # f8[1] flit bytes: the cut-through unit
+    ],
+)
+
+State = namedtuple(
+    "State",
+    [
+        "ef",  # f8[E, NEF]
+        "ei",  # i4[E, NEI]
+        "stack",  # i4[E] edges to arbitrate at the current time
+        "vf",  # f8[VC rows, VF_RING + 2R]
+        "pi",  # i4[P, NPI]
+        "pf",  # f8[P, 2] time the tail reached (or reaches) the packet's current buffer; time it
+        # left its source queue (-1 until then)
+        "heap",  # f8[N, 3] (time, sequence, payload), 4-ary
+        "ctr",  # i8[NCTR]
+    ],
+)
+
+
+def make_net(lat: F8, bandwidth: F8, cap: I8, nvc: I4, cdelay: F8, fifo: U1, setup: F8,
+             seg_ptr: I8, seg_edge: I4, flit_bytes: float, notify: I8 | None = None) -> Any:
+    """Validate and pack edge and segment arrays into a :data:`Net`."""
+    bandwidth = np.asarray(bandwidth, np.float64)
+    E = bandwidth.shape[0]
+    ef = np.zeros((E, NEF))
+    ef[:, EF_LAT] = lat
+    ef[:, EF_INVBW] = np.where(np.isinf(bandwidth), 0.0, 1.0 / np.where(bandwidth > 0, bandwidth, 1.0))
+    ef[:, EF_CDELAY] = cdelay
+    ef[:, EF_SETUP] = setup
+    ef[:, EF_WAKE] = INF
+    cap = np.asarray(cap, np.int64)
+    if cap.size and int(cap.max()) >= 1 << 31:
+        raise ValueError("buffer capacity too large")
+    fifo = np.asarray(fifo, np.int64)
+    nvc = np.maximum(np.asarray(nvc, np.int64), 1)
+    buffered = (cap >= 0) | (fifo != 0)
+    vrows = np.where(buffered, nvc, 0)
+    vbase = np.concatenate([[0], np.cumsum(vrows)[:-1]]) if E else np.zeros(0, np.int64)
+    ei = np.zeros((E, NEI), np.int32)
+    ei[:, EI_CAP] = cap
+    ei[:, EI_NVC] = nvc
+    ei[:, EI_FIFO] = fifo
+    ei[:, EI_VBASE] = np.where(buffered, vbase, -1)
+    ei[:, [EI_WHEAD, EI_WTAIL, EI_ACTIVE, EI_RHEAD, EI_RTAIL]] = -1
+    if notify is not None:
+        ei[:, EI_NOTIFY] = notify
+    return Net(ef, ei, np.ascontiguousarray(seg_ptr, np.int64), np.ascontiguousarray(seg_edge, np.int32),
+               np.array([float(flit_bytes)]))
+
+
+def num_edges(net: Any) -> int:
+    return int(net.ef.shape[0])
+
+
+def ring_slots(net: Any, min_packet_bytes: int, limit: int = 8) -> int:
+    """Pending credit returns one virtual channel keeps apart: the most packets it can hold,
+    at most ``limit`` (beyond that returns are merged, see ``_return_credit``)."""
+    cap = net.ei[:, EI_CAP]
+    bounded = cap[cap >= 0]
+    if bounded.size == 0:
+        return 1
+    most = -(-int(bounded.max()) // max(1, min(min_packet_bytes, int(bounded.max()))))
+    return int(min(max(1, most), limit))
+
+
+def make_state(net: Any, packets: int, heap: int, ring: int) -> Any:
+    """Fresh engine state for ``packets`` packet slots and a heap of ``heap`` events."""
+    E = num_edges(net)
+    P = max(1, packets)
+    buffered = net.ei[:, EI_VBASE] >= 0
+    nrows = int(net.ei[buffered, EI_NVC].sum()) if E else 0
+    width = VF_RING + 2 * ring
+    vf = np.zeros((max(1, nrows), width + (-width) % 8))  # whole cache lines per row
+    vf[:, [VF_HEAD, VF_TAIL]] = -1.0
+    pi = np.zeros((P, NPI), np.int32)
+    pi[:, [PI_VNEXT, PI_WNEXT, PI_RNEXT, PI_SEG1]] = -1
+    ctr = np.zeros(NCTR, np.int64)
+    ctr[C_RING] = ring
+    return State(net.ef.copy(), net.ei.copy(), np.zeros(max(1, E), np.int32), vf, pi, np.zeros((P, 2)),
+                 np.zeros((max(16, heap), 3)), ctr)
+
+
+def edge_bytes(st: Any) -> npt.NDArray[np.int64]:
+    """Bytes granted on every edge (busy time x bandwidth; 0 for unlimited edges)."""
+    inv = st.ef[:, EF_INVBW]
+    out = np.zeros(inv.shape[0], np.int64)
+    lim = inv > 0
+    out[lim] = np.rint(st.ef[lim, EF_BUSY] / inv[lim]).astype(np.int64)
+    return out
+
+
+def grow_heap(st: Any, events: int) -> Any:
+    """A copy of ``st`` whose heap holds ``events`` events."""
+    old = int(st.heap.shape[0])
+    if events <= old:
+        return st
+    heap = np.zeros((events, 3))
+    heap[:old] = st.heap
+    return st._replace(heap=heap)
+
+
+# --- event heap --------------------------------------------------------------------------
+
+@_hot
+def heap_push(st: Any, t: float, pay: int) -> None:
+    """Schedule payload ``pay`` at time ``t``; sets the overflow counter when the heap is full.
+    A 4-ary heap: half the depth of a binary one, and a node's children share cache lines."""
+    h = st.heap
+    ctr = st.ctr
+    n = ctr[C_HEAP_N]
+    if n >= h.shape[0]:
+        ctr[C_OVERFLOW] = 1
+        return
+    seq = float(ctr[C_SEQ])
+    ctr[C_SEQ] += 1
+    i = n
+    while i > 0:
+        parent = (i - 1) >> 2
+        pt = h[parent, 0]
+        if pt < t or (pt == t and h[parent, 1] < seq):
+            break
+        h[i, 0] = pt
+        h[i, 1] = h[parent, 1]
+        h[i, 2] = h[parent, 2]
+        i = parent
+    h[i, 0] = t
+    h[i, 1] = seq
+    h[i, 2] = float(pay)
+    ctr[C_HEAP_N] = n + 1
+
+
+@_hot
+def heap_pop(st: Any) -> tuple[float, int]:
+    """Remove and return ``(time, payload)`` of the earliest event (the heap must not be empty)."""
+    h = st.heap
+    ctr = st.ctr
+    n = ctr[C_HEAP_N] - 1
+    t0 = h[0, 0]
+    p0 = int(h[0, 2])
+    ctr[C_HEAP_N] = n
+    if n > 0:
+        t = h[n, 0]
+        s = h[n, 1]
+        p = h[n, 2]
+        i = 0
+        while True:
+            c = 4 * i + 1
+            if c >= n:
+                break
+            end = c + 4 if c + 4 <= n else n
+            best = c
+            for k in range(c + 1, end):
+                if h[k, 0] < h[best, 0] or (h[k, 0] == h[best, 0] and h[k, 1] < h[best, 1]):
+                    best = k
+            if t < h[best, 0] or (t == h[best, 0] and s < h[best, 1]):
+                break
+            h[i, 0] = h[best, 0]
+            h[i, 1] = h[best, 1]
+            h[i, 2] = h[best, 2]
+            i = best
+        h[i, 0] = t
+        h[i, 1] = s
+        h[i, 2] = p
+    return t0, p0
+
+
+@_hot
+def heap_top_time(st: Any) -> float:
+    if st.ctr[C_HEAP_N] == 0:
+        return INF
+    return st.heap[0, 0]
+
+
+# --- paths -------------------------------------------------------------------------------
+
+@_hot
+def cur_edge(net: Any, st: Any, p: int) -> int:
+    pi = st.pi
+    return net.seg_edge[pi[p, PI_POS]] + pi[p, PI_BASE0 + pi[p, PI_LEG]]
+
+
+@_hot
+def next_pos(net: Any, st: Any, p: int) -> tuple[int, int, int]:
+    """``(leg, pos, end)`` of the packet's next edge (``pos`` indexes ``seg_edge``), or
+    ``(-1, -1, -1)`` at the end of its path."""
+    pi = st.pi
+    pos = pi[p, PI_POS] + 1
+    if pos < pi[p, PI_END]:
+        return pi[p, PI_LEG], pos, pi[p, PI_END]
+    if pi[p, PI_LEG] == 0:
+        seg = pi[p, PI_SEG1]
+        if seg >= 0 and net.seg_ptr[seg + 1] > net.seg_ptr[seg]:
+            return 1, net.seg_ptr[seg], net.seg_ptr[seg + 1]
+    return -1, -1, -1
+
+
+@_hot
+def edge_of(net: Any, st: Any, p: int, leg: int, pos: int) -> int:
+    return net.seg_edge[pos] + st.pi[p, PI_BASE0 + leg]
+
+
+@_hot
+def init_packet(net: Any, st: Any, p: int, seg0: int, base0: int, size0: int, seg1: int, base1: int,
+                size1: int) -> None:
+    """Set up packet slot ``p`` to travel segment ``seg0`` (then ``seg1`` if >= 0)."""
+    r = st.pi
+    r[p, PI_POS] = net.seg_ptr[seg0]
+    r[p, PI_END] = net.seg_ptr[seg0 + 1]
+    r[p, PI_LEG] = 0
+    r[p, PI_BASE0] = base0
+    r[p, PI_SIZE0] = size0
+    r[p, PI_SEG1] = seg1
+    r[p, PI_BASE1] = base1
+    r[p, PI_SIZE1] = size1
+
+
+# --- wake-ups and credits ----------------------------------------------------------------
+
+@_hot
+def schedule_wake(st: Any, e: int, t: float) -> None:
+    if t < st.ef[e, EF_WAKE]:
+        st.ef[e, EF_WAKE] = t
+        heap_push(st, t, EV_WAKE | (e << 3))
+
+
+@_hot
+def push_arbitration(st: Any, e: int) -> None:
+    if st.ei[e, EI_INSTACK] == 0:
+        st.ei[e, EI_INSTACK] = 1
+        n = st.ctr[C_STACK_N]
+        st.stack[n] = e
+        st.ctr[C_STACK_N] = n + 1
+
+
+@_hot
+def _apply_vc_credits(st: Any, k: int, now: float) -> float:
+    """Apply the due credit returns of VC row ``k``; return its earliest pending one."""
+    vf = st.vf
+    R = st.ctr[C_RING]
+    earliest = INF
+    n = int(vf[k, VF_CRN])
+    i = 0
+    while i < n:
+        t = vf[k, VF_RING + i]
+        if t <= now:
+            vf[k, VF_USED] -= vf[k, VF_RING + R + i]
+            n -= 1
+            vf[k, VF_RING + i] = vf[k, VF_RING + n]
+            vf[k, VF_RING + R + i] = vf[k, VF_RING + R + n]
+        else:
+            if t < earliest:
+                earliest = t
+            i += 1
+    vf[k, VF_CRN] = n
+    return earliest
+
+
+@_jit
+def _return_credit(st: Any, e: int, v: int, nbytes: int, t: float) -> None:
+    vf = st.vf
+    R = st.ctr[C_RING]
+    k = st.ei[e, EI_VBASE] + v
+    n = int(vf[k, VF_CRN])
+    if n >= R:
+        # ring full: merge into the latest-due entry (its credits come back a little late:
+        # conservative, and exact whenever the ring holds a virtual channel's packets)
+        j = 0
+        for i in range(1, n):
+            if vf[k, VF_RING + i] > vf[k, VF_RING + j]:
+                j = i
+        if t > vf[k, VF_RING + j]:
+            vf[k, VF_RING + j] = t
+        vf[k, VF_RING + R + j] += nbytes
+    else:
+        vf[k, VF_RING + n] = t
+        vf[k, VF_RING + R + n] = nbytes
+        vf[k, VF_CRN] = n + 1
+    if st.ei[e, EI_CWAIT]:
+        st.ei[e, EI_CWAIT] = 0
+        schedule_wake(st, e, t)
+
+
+# --- requests, arbitration, grants -------------------------------------------------------
+
+@_jit
+def request(net: Any, st: Any, p: int) -> None:
+    """Packet ``p`` (head of its virtual channel) asks for its next edge.
+
+    An input-queued port has one active request at a time: BookSim's separable input-first
+    allocator moves its round-robin pointers only on success, so a port keeps asking for the
+    same output until it wins it and its other virtual channels wait (oldest first)."""
+    ein = cur_edge(net, st, p)
+    ei = st.ei
+    pi = st.pi
+    if ei[ein, EI_FIFO]:
+        if ei[ein, EI_ACTIVE] >= 0:
+            pi[p, PI_RNEXT] = -1
+            if ei[ein, EI_RTAIL] < 0:
+                ei[ein, EI_RHEAD] = p
+            else:
+                pi[ei[ein, EI_RTAIL], PI_RNEXT] = p
+            ei[ein, EI_RTAIL] = p
+            return
+        ei[ein, EI_ACTIVE] = p
+    leg, pos, _ = next_pos(net, st, p)
+    e = edge_of(net, st, p, leg, pos)
+    pi[p, PI_WNEXT] = -1
+    if ei[e, EI_WTAIL] < 0:
+        ei[e, EI_WHEAD] = p
+    else:
+        pi[ei[e, EI_WTAIL], PI_WNEXT] = p
+    ei[e, EI_WTAIL] = p
+    push_arbitration(st, e)
+
+
+@_hot
+def _head_ready(net: Any, st: Any, p: int, k: int, now: float) -> None:
+    """``p`` is now the head of virtual channel row ``k``: it bids once its set-up is done."""
+    if st.vf[k, VF_READY] > now:
+        heap_push(st, st.vf[k, VF_READY], EV_HEAD | (p << 3))
+    else:
+        request(net, st, p)
+
+
+@_hot
+def _release_port(net: Any, st: Any, ein: int) -> None:
+    """The active request of input port ``ein`` was granted: the oldest waiting head takes over."""
+    ei = st.ei
+    ei[ein, EI_ACTIVE] = -1
+    q = ei[ein, EI_RHEAD]
+    if q >= 0:
+        ei[ein, EI_RHEAD] = st.pi[q, PI_RNEXT]
+        if ei[ein, EI_RHEAD] < 0:
+            ei[ein, EI_RTAIL] = -1
+        st.pi[q, PI_RNEXT] = -1
+        request(net, st, q)
+
+
+@_hot
+def _grant(net: Any, st: Any, p: int, ein: int, e: int, v: int, leg: int, pos: int, end: int,
+           now: float) -> None:
+    pi = st.pi
+    ef = st.ef
+    ei = st.ei
+    vf = st.vf
+    size = pi[p, PI_SIZE0 + leg]
+    flit = net.flit[0]
+    f = size if size < flit else flit
+    inv = ef[e, EF_INVBW]
+    t_lf = now + (size - f) * inv  # the last flit starts ...
+    if st.pf[p, 0] > t_lf:
+        t_lf = st.pf[p, 0]  # ... but not before it has arrived
+    t_tail_out = t_lf + f * inv
+    if st.pf[p, 1] < 0.0:
+        st.pf[p, 1] = now
+    lat = ef[e, EF_LAT]
+    ef[e, EF_FREE] = t_tail_out
+    ef[e, EF_BUSY] += size * inv
+    ei[e, EI_PKTS] += 1
+    if lat > 0.0 or inv > 0.0:  # virtual source queues are not hops
+        st.ctr[C_EVENTS] += 1
+    # leave the current buffer
+    if ei[ein, EI_FIFO]:
+        inv_in = ef[ein, EF_INVBW]
+        # the crossbar is allocated flit by flit (BookSim does not hold the switch for a whole
+        # packet): the packet uses its input port for its bytes at the input's rate, and the
+        # port's other virtual channels interleave while it drains into a slower output
+        ef[ein, EF_INFREE] = now + size * inv_in
+        k = ei[ein, EI_VBASE] + pi[p, PI_VC]
+        nxt = pi[p, PI_VNEXT]
+        vf[k, VF_HEAD] = nxt
+        vf[k, VF_READY] = t_lf + f * inv_in + ef[ein, EF_SETUP]
+        if nxt < 0:
+            vf[k, VF_TAIL] = -1.0
+        if ei[ein, EI_NOTIFY] > 0:
+            vf[k, VF_QLEN] -= 1.0
+            if vf[k, VF_QLEN] < ei[ein, EI_NOTIFY]:
+                heap_push(st, now, EV_ROOM | (ein << 3))
+        _release_port(net, st, ein)
+        if nxt >= 0 and pi[nxt, PI_ARR]:
+            _head_ready(net, st, nxt, k, now)
+    if ei[ein, EI_CAP] >= 0:
+        _return_credit(st, ein, pi[p, PI_VC], pi[p, PI_NEED], t_tail_out + ef[ein, EF_CDELAY])
+    # enter the next buffer
+    need = 0
+    cap = ei[e, EI_CAP]
+    kk = ei[e, EI_VBASE] + v
+    if cap >= 0:
+        need = _need(size, cap, flit)
+        vf[kk, VF_USED] += need
+    pi[p, PI_NEED] = need
+    pi[p, PI_VC] = v
+    pi[p, PI_LEG] = leg
+    pi[p, PI_POS] = pos
+    pi[p, PI_END] = end
+    pi[p, PI_ARR] = 0
+    pi[p, PI_VNEXT] = -1
+    if ei[e, EI_FIFO]:
+        tail = int(vf[kk, VF_TAIL])
+        if tail < 0:
+            vf[kk, VF_HEAD] = p
+        else:
+            pi[tail, PI_VNEXT] = p
+        vf[kk, VF_TAIL] = p
+    st.pf[p, 0] = t_lf + lat
+    heap_push(st, now + lat, EV_ARRIVE | (p << 3))
+
+
+@_hot
+def _need(size: int, cap: int, flit: float) -> int:
+    """Credit bytes a packet holds in a buffer: a packet streams through it, so at most a flit
+    of it sits there (a packet of many flits stands for that many lines in flight, which do not
+    block a buffer as one long worm would); never more than the buffer."""
+    f = size if size < flit else int(flit)
+    return f if f < cap else cap
+
+
+@_hot
+def _pick_vc(st: Any, e: int, need: int, now: float) -> tuple[int, float]:
+    """Round-robin choice of a virtual channel of ``e``'s buffer with ``need`` free bytes, or
+    ``(-1, earliest pending credit return)``. Due returns are applied only to channels that
+    look full: returns only add room, so the choice is the same as applying them all first."""
+    ei = st.ei
+    cap = ei[e, EI_CAP]
+    if cap < 0:
+        return 0, INF
+    nv = ei[e, EI_NVC]
+    base = ei[e, EI_VBASE]
+    start = ei[e, EI_RR]
+    earliest = INF
+    for i in range(nv):
+        v = start + i
+        if v >= nv:
+            v -= nv
+        if cap - st.vf[base + v, VF_USED] < need:
+            due = _apply_vc_credits(st, base + v, now)
+            if due < earliest:
+                earliest = due
+            if cap - st.vf[base + v, VF_USED] < need:
+                continue
+        ei[e, EI_RR] = v + 1 if v + 1 < nv else 0
+        return v, INF
+    return -1, earliest
+
+
+@_hot
+def arbitrate(net: Any, st: Any, e: int, now: float) -> None:
+    """Grant edge ``e`` to the oldest eligible request, or schedule a wake-up for when one may be."""
+    ei = st.ei
+    ef = st.ef
+    if ei[e, EI_WHEAD] < 0:
+        return
+    if ef[e, EF_FREE] > now:
+        schedule_wake(st, e, ef[e, EF_FREE])
+        return
+    retry = INF
+    credit_blocked = False
+    cap = ei[e, EI_CAP]
+    prev = -1
+    p = ei[e, EI_WHEAD]
+    while p >= 0:
+        nxt = st.pi[p, PI_WNEXT]
+        ein = cur_edge(net, st, p)
+        if ei[ein, EI_FIFO] and ef[ein, EF_INFREE] > now:
+            if ef[ein, EF_INFREE] < retry:
+                retry = ef[ein, EF_INFREE]
+            prev = p
+            p = nxt
+            continue
+        leg, pos, end = next_pos(net, st, p)
+        need = 0
+        if cap >= 0:
+            need = _need(st.pi[p, PI_SIZE0 + leg], cap, net.flit[0])
+        v, due = _pick_vc(st, e, need, now)
+        if v < 0:
+            if due < retry:
+                retry = due
+            # credits belong to the edge: the requests behind would mostly fail the same way,
+            # and scanning them all would make long queues quadratic
+            credit_blocked = True
+            break
+        # unlink p and grant
+        if prev < 0:
+            ei[e, EI_WHEAD] = nxt
+        else:
+            st.pi[prev, PI_WNEXT] = nxt
+        if ei[e, EI_WTAIL] == p:
+            ei[e, EI_WTAIL] = prev
+        st.pi[p, PI_WNEXT] = -1
+        _grant(net, st, p, ein, e, v, leg, pos, end, now)
+        if ei[e, EI_WHEAD] >= 0:
+            schedule_wake(st, e, ef[e, EF_FREE])
+        return
+    if credit_blocked and retry == INF:
+        ei[e, EI_CWAIT] = 1  # woken by the next credit return of this edge's buffer
+    if retry < INF:
+        schedule_wake(st, e, retry)
+
+
+@_hot
+def drain_arbitrations(net: Any, st: Any, now: float) -> None:
+    """Run every arbitration queued at the current time (grants can queue more)."""
+    while st.ctr[C_STACK_N] > 0:
+        n = st.ctr[C_STACK_N] - 1
+        st.ctr[C_STACK_N] = n
+        e = st.stack[n]
+        st.ei[e, EI_INSTACK] = 0
+        arbitrate(net, st, e, now)
+
+
+@_jit
+def enter(net: Any, st: Any, p: int, now: float, tail: float) -> None:
+    """Packet ``p``'s head appears in the buffer of the first edge of its path (a source) at
+    ``now``; its tail arrives there at ``tail`` (>= ``now``: data still streaming in)."""
+    pi = st.pi
+    pi[p, PI_VC] = 0
+    pi[p, PI_NEED] = 0
+    pi[p, PI_ARR] = 1
+    pi[p, PI_VNEXT] = -1
+    st.pf[p, 0] = tail if tail > now else now
+    st.pf[p, 1] = -1.0
+    e = cur_edge(net, st, p)
+    leg, _, _ = next_pos(net, st, p)
+    if leg < 0:
+        heap_push(st, st.pf[p, 0], EV_DELIVER | (p << 3))
+        return
+    if st.ei[e, EI_FIFO]:
+        k = st.ei[e, EI_VBASE]
+        st.vf[k, VF_QLEN] += 1.0
+        tail = int(st.vf[k, VF_TAIL])
+        if tail < 0:
+            st.vf[k, VF_HEAD] = p
+            st.vf[k, VF_TAIL] = p
+            request(net, st, p)
+        else:
+            pi[tail, PI_VNEXT] = p
+            st.vf[k, VF_TAIL] = p
+    else:
+        request(net, st, p)
+
+
+#: on_arrive results
+ARR_MOVING, ARR_DELIVERED, ARR_HEAD_AT_END = 0, 1, 2
+
+
+@_hot
+def on_arrive(net: Any, st: Any, p: int, now: float) -> int:
+    """Handle an ARRIVE event: ``ARR_DELIVERED`` if the packet reached the end of its path and
+    its tail is in too, ``ARR_HEAD_AT_END`` if its head did and a DELIVER event will follow at
+    the tail's time, ``ARR_MOVING`` otherwise."""
+    pi = st.pi
+    pi[p, PI_ARR] = 1
+    leg, _, _ = next_pos(net, st, p)
+    e = cur_edge(net, st, p)
+    fifo = st.ei[e, EI_FIFO]
+    if leg < 0:
+        if fifo:
+            k = st.ei[e, EI_VBASE] + pi[p, PI_VC]
+            nxt = pi[p, PI_VNEXT]
+            st.vf[k, VF_HEAD] = nxt
+            if nxt < 0:
+                st.vf[k, VF_TAIL] = -1.0
+            elif pi[nxt, PI_ARR]:
+                _head_ready(net, st, nxt, k, now)
+        if st.ei[e, EI_CAP] >= 0:
+            _return_credit(st, e, pi[p, PI_VC], pi[p, PI_NEED], st.pf[p, 0] + st.ef[e, EF_CDELAY])
+        if st.pf[p, 0] > now:
+            heap_push(st, st.pf[p, 0], EV_DELIVER | (p << 3))
+            return ARR_HEAD_AT_END
+        return ARR_DELIVERED
+    if not fifo:
+        request(net, st, p)
+    else:
+        k = st.ei[e, EI_VBASE] + pi[p, PI_VC]
+        if int(st.vf[k, VF_HEAD]) == p:
+            _head_ready(net, st, p, k, now)
+    return ARR_MOVING
+
+
+@_hot
+def on_wake(net: Any, st: Any, e: int, now: float) -> None:
+    if st.ef[e, EF_WAKE] == now:
+        st.ef[e, EF_WAKE] = INF
+    push_arbitration(st, e)
+
+
+# --- driver loops (kept in this module so that numba's cache sees every change) ----------
+
+@_jit
+def noc_loop(net: Any, st: Any, b_time: Any, b_seg: Any, b_size: Any, deliver: Any, pos: Any,
+             m0: int, m1: int, t_stop: float) -> int:
+    """Inject packets at their birth times and run events until every packet in ``[m0, m1)``
+    is delivered or time passes ``t_stop``. Returns 1 when the heap must grow first, 2 if a
+    fixed array overflowed."""
+    nb = b_time.shape[0]
+    i = pos[0]
+    pending = pos[1]
+    now = 0.0
+    margin = 4 * st.ef.shape[0] + 64
+    while pending > 0:
+        if st.ctr[C_HEAP_N] + margin > st.heap.shape[0]:
+            pos[0] = i
+            pos[1] = pending
+            return 1
+        th = heap_top_time(st)
+        tb = b_time[i] if i < nb else INF
+        if th == INF and tb == INF:
+            break
+        if tb <= th:
+            now = tb
+            if now > t_stop:
+                break
+            p = i
+            i += 1
+            init_packet(net, st, p, b_seg[p], 0, b_size[p], -1, 0, 0)
+            enter(net, st, p, now, now)
+        else:
+            now, pay = heap_pop(st)
+            st.ctr[C_POPPED] += 1
+            kind = pay & 7
+            x = pay >> 3
+            if kind == EV_ARRIVE:
+                if on_arrive(net, st, x, now) == ARR_DELIVERED:
+                    deliver[x] = now
+                    if m0 <= x < m1:
+                        pending -= 1
+            elif kind == EV_WAKE:
+                on_wake(net, st, x, now)
+            elif kind == EV_HEAD:
+                request(net, st, x)
+            else:
+                deliver[x] = now
+                if m0 <= x < m1:
+                    pending -= 1
+            if now > t_stop:
+                break
+        drain_arbitrations(net, st, now)
+        if st.ctr[C_OVERFLOW]:
+            return 2
+    pos[0] = i
+    pos[1] = pending
+    return 0
+
+
+# --- replay: jobs ------------------------------------------------------------------------
+#
+# A job is one packet's worth of a step's data: the lines (flit-sized pieces of the step's byte
+# range) that share a route class (the stacks they are loaded from, the stack they are stored
+# to, the I/O port and the remote stack), up to ``packet_bytes``. With packet_bytes equal to
+# the flit size every line is its own job, in line order.
+
+#: Step type codes (``nuna.plan.dag.STEP_TYPES`` order).
+T_SEND, T_RECV, T_RCS, T_RRC, T_RRS, T_RRCS, T_CPY, T_RE, T_NOP = range(9)
+
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+
+
+@njit(cache=True)
+def mix64(value: int) -> Any:
+    """SplitMix64 finaliser (as ``nuna.topology.address.mix64``) on a uint64."""
+    z = np.uint64(value)
+    z = z ^ (z >> np.uint64(30))
+    z = z * _M1
+    z = z ^ (z >> np.uint64(27))
+    z = z * _M2
+    return z ^ (z >> np.uint64(31))
+
+
+@njit(cache=True)
+def _page_of(page_base: I8, gpu: int, vaddr: int, page_bytes: int) -> int:
+    return page_base[gpu] + vaddr // page_bytes
+
+
+@njit(cache=True)
+def _line_class(gpu: int, peer: int, a0: int, a1: int, a2: int, a3: int, page_base: I8, page_stack: I8,
+                page_phys: I8, page_bytes: int, hash_bytes: int, owner: I8, dom_size: int) -> tuple:
+    """(load stack 0, load stack 1, store stack, port, remote stack) of one line; -1 = none."""
+    s0 = -1
+    s1 = -1
+    s2 = -1
+    port = -1
+    s3 = -1
+    if a0 >= 0:
+        s0 = page_stack[_page_of(page_base, gpu, a0, page_bytes)]
+    if a1 >= 0:
+        s1 = page_stack[_page_of(page_base, gpu, a1, page_bytes)]
+    if a2 >= 0:
+        s2 = page_stack[_page_of(page_base, gpu, a2, page_bytes)]
+    if a3 >= 0:
+        pg = _page_of(page_base, peer, a3, page_bytes)
+        s3 = page_stack[pg]
+        phys = page_phys[pg] + a3 % page_bytes
+        h = mix64(phys // hash_bytes)
+        port = owner[s3] * dom_size + np.int64(h % np.uint64(dom_size))
+    return s0, s1, s2, port, s3
+
+
+@njit(cache=True)
+def build_jobs(n_bytes: I8, n_gpu: I4, n_peer: I4, n_addr: I8, page_base: I8, page_stack: I8, page_phys: I8,
+               page_bytes: int, hash_bytes: int, owner: I8, dom_size: int, line_bytes: int, packet_bytes: int,
+               fill: bool, n_job_ptr: I8, j_bytes: I8, j_cls: Any) -> Any:
+    """Count the jobs of every node into ``n_job_ptr`` (CSR, ``fill`` False) or write them into
+    ``j_bytes``/``j_cls`` at the offsets ``n_job_ptr`` already holds (``fill`` True); returns
+    the total. ``n_addr[n]`` holds the node's four base addresses (load 0, load 1, local store:
+    on its own GPU; remote store: on ``n_peer[n]``; -1 = none)."""
+    nn = n_bytes.shape[0]
+    cap = 1 << 18
+    keys = np.full(cap, -1, np.int64)
+    slot_job = np.zeros(cap, np.int64)
+    used = np.zeros(cap, np.int64)
+    max_lines = 1
+    for n in range(nn):
+        lines = (n_bytes[n] + line_bytes - 1) // line_bytes
+        if lines > max_lines:
+            max_lines = lines
+    acc = np.zeros(max_lines, np.int64)  # bytes of each of the current node's jobs
+    rank = np.zeros(max_lines, np.int64)  # how many jobs of its class precede each job
+    class_jobs = np.zeros(cap, np.int64)
+    for n in range(nn):
+        base = n_job_ptr[n]
+        nbytes = n_bytes[n]
+        count = 0
+        if nbytes > 0 and (n_addr[n, 0] >= 0 or n_addr[n, 1] >= 0 or n_addr[n, 2] >= 0 or n_addr[n, 3] >= 0):
+            nlines = (nbytes + line_bytes - 1) // line_bytes
+            nused = 0
+            for li in range(nlines):
+                off = li * line_bytes
+                b = line_bytes if off + line_bytes <= nbytes else nbytes - off
+                a0 = n_addr[n, 0] + off if n_addr[n, 0] >= 0 else -1
+                a1 = n_addr[n, 1] + off if n_addr[n, 1] >= 0 else -1
+                a2 = n_addr[n, 2] + off if n_addr[n, 2] >= 0 else -1
+                a3 = n_addr[n, 3] + off if n_addr[n, 3] >= 0 else -1
+                s0, s1, s2, port, s3 = _line_class(n_gpu[n], n_peer[n], a0, a1, a2, a3, page_base, page_stack,
+                                                   page_phys, page_bytes, hash_bytes, owner, dom_size)
+                j = -1
+                if packet_bytes > line_bytes:
+                    # the store route defines the class; a packet loads from its first line's
+                    # stack (pages are round-robin, so loads spread over stacks all the same)
+                    key = (((s1 + 1) * 2048 + (s2 + 1)) * 2048 + (port + 1)) * 2048 + (s3 + 1)
+                    h = np.int64(mix64(key) % np.uint64(cap))
+                    while keys[h] >= 0 and keys[h] != key:
+                        h = (h + 1) & (cap - 1)
+                    if keys[h] < 0:
+                        if nused >= cap // 2:
+                            # too many open classes: forget them (their jobs stay as they are)
+                            for u in range(nused):
+                                keys[used[u]] = -1
+                            nused = 0
+                            h = np.int64(mix64(key) % np.uint64(cap))
+                        keys[h] = key
+                        used[nused] = h
+                        nused += 1
+                        slot_job[h] = -1
+                        class_jobs[h] = 0
+                    j = slot_job[h]
+                    if j >= 0 and acc[j] + b <= packet_bytes:
+                        acc[j] += b
+                        if fill:
+                            j_bytes[base + j] = acc[j]
+                        continue
+                    slot_job[h] = count
+                    rank[count] = class_jobs[h]
+                    class_jobs[h] += 1
+                acc[count] = b
+                if fill:
+                    k = base + count
+                    j_bytes[k] = b
+                    j_cls[k, 0] = s0
+                    j_cls[k, 1] = s1
+                    j_cls[k, 2] = s2
+                    j_cls[k, 3] = port
+                    j_cls[k, 4] = s3
+                count += 1
+            for u in range(nused):
+                keys[used[u]] = -1
+            if fill and packet_bytes > line_bytes and count > 1:
+                # issue round by round over the classes (the first packet of every class, then
+                # the second...), as a stream of lines spreads over all routes to the very end
+                order = np.argsort(rank[:count] * count + np.arange(count), kind="mergesort")
+                jb = j_bytes[base:base + count].copy()
+                jc = j_cls[base:base + count].copy()
+                for i in range(count):
+                    j_bytes[base + i] = jb[order[i]]
+                    for c in range(5):
+                        j_cls[base + i, c] = jc[order[i], c]
+        if not fill:
+            n_job_ptr[n + 1] = base + count
+    return n_job_ptr[nn]
+
+
+# --- replay: the event loop --------------------------------------------------------------
+
+Replay = namedtuple(
+    "Replay",
+    [
+        # nodes (steps), static
+        "n_type", "n_gpu", "n_cu", "n_peer", "n_succ_ptr", "n_succ", "match_recv", "n_job_ptr",
+        # nodes, dynamic
+        "n_state", "n_indeg", "n_land", "n_next_job", "n_jobs_left", "n_t_ready", "n_t_start", "n_t_end",
+        "n_cnext",
+        # jobs, static: bytes and route class (load 0, load 1, local store, port, remote stack)
+        "j_bytes", "j_cls",
+        # CUs (global id gpu * cus + cu)
+        "cu_out", "cu_head", "cu_tail",
+        # job slots in flight: step, job, packets pending, phase, time the stores were issued,
+        # latest tail of its loads, head landing time of its remote store, lines it holds
+        "js_node", "js_job", "js_pending", "js_phase", "js_t", "js_tail", "js_head", "js_held", "js_free",
+        # free packet slots (a packet's job slot and kind are its PI_USER0/1 columns)
+        "pk_free",
+        # nodes whose control dependencies are all done
+        "ready",
+        # statistics
+        "hist", "stat_f", "landed",
+        # I/O-port counters for traces: sampled cumulative bytes of the scale-up links
+        "tr_edges", "tr_time", "tr_bytes",
+        # parameters and counters
+        "par_i", "par_f", "rc",
+    ],
+)
+
+# par_i
+P_CUS, P_LIMIT, P_REQ, P_BLOCK, P_SEG_REQ, P_SEG_READ, P_SEG_STORE, P_SEG_OUT, P_SEG_IN, P_SEG_ALU, \
+    P_STACKS, P_PORTS, P_LINE, P_CUSRC, P_QDEPTH = range(15)
+# par_f
+F_BIN, F_TRACE_DT = range(2)
+# rc counters
+R_JS_FREE, R_PK_FREE, R_READY, R_DONE, R_INIT, R_TR_N, R_TR_NEXT_UNUSED, R_LOSTJOB = range(8)
+# stat_f
+S_LAT_SUM, S_LAT_W, S_LAT_MAX, S_TR_NEXT, S_REMOTE_BYTES, S_READY_SUM = range(6)
+# node states
+N_WAIT, N_DATA, N_RUN, N_DONE = 0, 1, 2, 3
+# packet kinds
+K_LOAD, K_ALU, K_STORE, K_REMOTE = 0, 1, 2, 3
+# loop status
+DONE, NEED_HEAP, OVERFLOW = 0, 1, 2
+
+
+@_jit
+def _complete(R: Any, n: int, now: float) -> None:
+    R.n_state[n] = N_DONE
+    R.n_t_end[n] = now
+    R.rc[R_DONE] += 1
+    for k in range(R.n_succ_ptr[n], R.n_succ_ptr[n + 1]):
+        s = R.n_succ[k]
+        R.n_indeg[s] -= 1
+        if R.n_indeg[s] == 0:
+            r = R.rc[R_READY]
+            R.ready[r] = s
+            R.rc[R_READY] = r + 1
+
+
+@_jit
+def _start(net: Any, st: Any, R: Any, n: int, now: float) -> None:
+    """Node ``n`` may move data: queue it on its CU."""
+    R.n_t_start[n] = now
+    if R.n_jobs_left[n] == 0:
+        _complete(R, n, now)
+        return
+    R.n_state[n] = N_RUN
+    cu = R.n_gpu[n] * R.par_i[P_CUS] + R.n_cu[n]
+    R.n_cnext[n] = -1
+    if R.cu_tail[cu] < 0:
+        R.cu_head[cu] = n
+    else:
+        R.n_cnext[R.cu_tail[cu]] = n
+    R.cu_tail[cu] = n
+    _issue(net, st, R, cu, now)
+
+
+@_jit
+def _node_ready(net: Any, st: Any, R: Any, n: int, now: float) -> None:
+    """Every control dependency of ``n`` is done."""
+    R.n_t_ready[n] = now
+    t = R.n_type[n]
+    if t == T_NOP:
+        R.n_t_start[n] = now
+        _complete(R, n, now)
+    elif t == T_RECV:
+        R.n_t_start[n] = now
+        if R.n_land[n] <= 0:
+            _complete(R, n, now)
+        else:
+            R.n_state[n] = N_DATA
+    elif t in (T_RCS, T_RRC, T_RRS, T_RRCS):
+        if R.n_land[n] <= 0:
+            _start(net, st, R, n, now)
+        else:
+            R.n_state[n] = N_DATA
+    else:
+        _start(net, st, R, n, now)
+
+
+@_jit
+def _drain_ready(net: Any, st: Any, R: Any, now: float) -> None:
+    while R.rc[R_READY] > 0:
+        r = R.rc[R_READY] - 1
+        R.rc[R_READY] = r
+        _node_ready(net, st, R, R.ready[r], now)
+
+
+@_hot
+def _new_packet(st: Any, R: Any, js: int, kind: int) -> int:
+    f = R.rc[R_PK_FREE] - 1
+    R.rc[R_PK_FREE] = f
+    p = R.pk_free[f]
+    st.pi[p, PI_USER0] = js
+    st.pi[p, PI_USER1] = kind
+    return p
+
+
+@_jit
+def _job_stores(net: Any, st: Any, R: Any, js: int, now: float, tail: float) -> None:
+    """The job's data is at the CU (its tail by ``tail``): store it locally and/or remotely."""
+    n = R.js_node[js]
+    j = R.js_job[js]
+    g = R.n_gpu[n]
+    cu = R.n_cu[n]
+    base = g * R.par_i[P_BLOCK]
+    size = R.j_bytes[j]
+    pending = 0
+    R.js_phase[js] = 2
+    R.js_t[js] = now
+    if R.j_cls[j, 2] >= 0:
+        pending += 1
+    if R.j_cls[j, 3] >= 0:
+        pending += 1
+    R.js_pending[js] = pending
+    if pending == 0:  # cannot happen: every job of a data-moving step stores
+        R.rc[R_LOSTJOB] = 2
+        st.ctr[C_OVERFLOW] = 1
+        return
+    stacks = R.par_i[P_STACKS]
+    ports = R.par_i[P_PORTS]
+    if R.j_cls[j, 2] >= 0:
+        p = _new_packet(st, R, js, K_STORE)
+        init_packet(net, st, p, R.par_i[P_SEG_STORE] + cu * stacks + R.j_cls[j, 2], base, size, -1, 0, 0)
+        enter(net, st, p, now, tail)
+    if R.j_cls[j, 3] >= 0:
+        port = R.j_cls[j, 3]
+        p = _new_packet(st, R, js, K_REMOTE)
+        init_packet(net, st, p, R.par_i[P_SEG_OUT] + cu * ports + port, base, size,
+                    R.par_i[P_SEG_IN] + port * stacks + R.j_cls[j, 4], R.n_peer[n] * R.par_i[P_BLOCK], size)
+        enter(net, st, p, now, tail)
+
+
+@_jit
+def _job_loaded(net: Any, st: Any, R: Any, js: int, now: float, tail: float) -> None:
+    """The heads of the job's loads are at the CU (their tails by ``tail``): reduce or store,
+    cut-through, as a CU streams lines rather than waiting for a whole packet."""
+    n = R.js_node[js]
+    t = R.n_type[n]
+    if t in (T_RRC, T_RRS, T_RRCS, T_RE):
+        R.js_phase[js] = 1
+        p = _new_packet(st, R, js, K_ALU)
+        init_packet(net, st, p, R.par_i[P_SEG_ALU] + R.n_cu[n], R.n_gpu[n] * R.par_i[P_BLOCK],
+                    R.j_bytes[R.js_job[js]], -1, 0, 0)
+        enter(net, st, p, now, tail)
+    else:
+        _job_stores(net, st, R, js, now, tail)
+
+
+@_jit
+def _job_start(net: Any, st: Any, R: Any, js: int, now: float) -> None:
+    n = R.js_node[js]
+    j = R.js_job[js]
+    g = R.n_gpu[n]
+    cu = R.n_cu[n]
+    base = g * R.par_i[P_BLOCK]
+    stacks = R.par_i[P_STACKS]
+    cus = R.par_i[P_CUS]
+    loads = 0
+    for k in range(2):
+        if R.j_cls[j, k] >= 0:
+            loads += 1
+    R.js_phase[js] = 0
+    R.js_pending[js] = loads
+    R.js_tail[js] = now
+    if loads == 0:
+        _job_loaded(net, st, R, js, now, now)
+        return
+    for k in range(2):
+        s = R.j_cls[j, k]
+        if s >= 0:
+            p = _new_packet(st, R, js, K_LOAD)
+            # one request per line: a packet of m lines asks with m requests' bytes
+            lines = (R.j_bytes[j] + R.par_i[P_LINE] - 1) // R.par_i[P_LINE]
+            init_packet(net, st, p, R.par_i[P_SEG_REQ] + cu * stacks + s, base, R.par_i[P_REQ] * lines,
+                        R.par_i[P_SEG_READ] + s * cus + cu, base, R.j_bytes[j])
+            enter(net, st, p, now, now)
+
+
+@_jit
+def _issue(net: Any, st: Any, R: Any, cu: int, now: float) -> None:
+    """Start jobs of the CU's running steps, round-robin, while it has outstanding slots."""
+    limit = R.par_i[P_LIMIT]
+    line = R.par_i[P_LINE]
+    # the CU's memory pipeline takes a new job only while its issue queue is short (stores of
+    # started jobs always enter): loads are not queued up behind stores without bound
+    g = cu // R.par_i[P_CUS]
+    q = st.ei[g * R.par_i[P_BLOCK] + R.par_i[P_CUSRC] + cu - g * R.par_i[P_CUS], EI_VBASE]
+    depth = R.par_i[P_QDEPTH] if R.par_i[P_QDEPTH] > 0 else 1 << 62
+    while R.cu_out[cu] < limit and R.cu_head[cu] >= 0 and st.vf[q, VF_QLEN] < depth:
+        n = R.cu_head[cu]
+        j = R.n_next_job[n]
+        end = R.n_job_ptr[n + 1]
+        if j >= end:
+            R.cu_head[cu] = R.n_cnext[n]
+            if R.cu_head[cu] < 0:
+                R.cu_tail[cu] = -1
+            continue
+        # the limit counts requests, i.e. lines: a packet of several lines holds several; it
+        # may start while half of it fits, so that lines in flight average the limit rather
+        # than fall short of it by half a packet
+        lines = (R.j_bytes[j] + line - 1) // line
+        if R.cu_out[cu] > 0 and R.cu_out[cu] + lines // 2 > limit:
+            return
+        if R.rc[R_JS_FREE] == 0 or R.rc[R_PK_FREE] < 2:
+            R.rc[R_LOSTJOB] = 1  # pools are sized so that this cannot happen
+            st.ctr[C_OVERFLOW] = 1
+            return
+        f = R.rc[R_JS_FREE] - 1
+        R.rc[R_JS_FREE] = f
+        js = R.js_free[f]
+        R.js_node[js] = n
+        R.js_job[js] = j
+        R.js_held[js] = lines
+        R.n_next_job[n] = j + 1
+        R.cu_out[cu] += lines
+        # round-robin: the step goes to the back of the CU's queue
+        if R.n_cnext[n] >= 0:
+            R.cu_head[cu] = R.n_cnext[n]
+            R.n_cnext[n] = -1
+            R.n_cnext[R.cu_tail[cu]] = n
+            R.cu_tail[cu] = n
+        _job_start(net, st, R, js, now)
+
+
+@_jit
+def _job_done(net: Any, st: Any, R: Any, js: int, now: float) -> None:
+    n = R.js_node[js]
+    f = R.rc[R_JS_FREE]
+    R.js_free[f] = js
+    R.rc[R_JS_FREE] = f + 1
+    cu = R.n_gpu[n] * R.par_i[P_CUS] + R.n_cu[n]
+    R.cu_out[cu] -= R.js_held[js]
+    R.n_jobs_left[n] -= 1
+    if R.n_jobs_left[n] == 0:
+        _complete(R, n, now)
+    _issue(net, st, R, cu, now)
+
+
+@_jit
+def _packet_head(net: Any, st: Any, R: Any, p: int, now: float) -> None:
+    """The head of packet ``p`` reached the end of its path (its tail at ``st.pf[p, 0]``):
+    a load or reduction hands over to the next phase of its job right away."""
+    kind = st.pi[p, PI_USER1]
+    js = st.pi[p, PI_USER0]
+    if kind in (K_STORE, K_REMOTE):
+        # a packet of several lines stands for lines landing from its head's time to its
+        # tail's: the CU gets half of them back when the last store's head lands, the rest at
+        # its tail (one line: all at once, exactly as a flit)
+        if R.js_pending[js] == 1 and st.pf[p, 0] > now and R.js_held[js] > 1:
+            give = R.js_held[js] // 2
+            R.js_held[js] -= give
+            n = R.js_node[js]
+            cu = R.n_gpu[n] * R.par_i[P_CUS] + R.n_cu[n]
+            R.cu_out[cu] -= give
+            _issue(net, st, R, cu, now)
+        if kind == K_REMOTE:
+            R.js_head[js] = now
+        return
+    tail = st.pf[p, 0]
+    if kind == K_ALU:
+        _job_stores(net, st, R, js, now, tail)
+        return
+    if tail > R.js_tail[js]:
+        R.js_tail[js] = tail
+    R.js_pending[js] -= 1
+    if R.js_pending[js] == 0:
+        _job_loaded(net, st, R, js, now, R.js_tail[js])
+
+
+@_jit
+def _packet_done(net: Any, st: Any, R: Any, p: int, now: float) -> None:
+    """The tail of packet ``p`` reached the end of its path: free it; a store has landed."""
+    js = st.pi[p, PI_USER0]
+    kind = st.pi[p, PI_USER1]
+    f = R.rc[R_PK_FREE]
+    R.pk_free[f] = p
+    R.rc[R_PK_FREE] = f + 1
+    if kind not in (K_STORE, K_REMOTE):
+        return
+    n = R.js_node[js]
+    j = R.js_job[js]
+    if kind == K_REMOTE:
+        # weight by lines so that the distribution does not depend on the packet size
+        w = float((R.j_bytes[j] + R.par_i[P_LINE] - 1) // R.par_i[P_LINE])
+        R.stat_f[S_READY_SUM] += (now - R.js_t[js]) * w
+        # lines land from the head's time to the tail's: their mean is the midpoint
+        lat = 0.5 * (R.js_head[js] + now) - st.pf[p, 1]
+        R.stat_f[S_LAT_SUM] += lat * w
+        R.stat_f[S_LAT_W] += w
+        R.stat_f[S_REMOTE_BYTES] += R.j_bytes[j]
+        if lat > R.stat_f[S_LAT_MAX]:
+            R.stat_f[S_LAT_MAX] = lat
+        b = int(lat / R.par_f[F_BIN])
+        if b >= R.hist.shape[0]:
+            b = R.hist.shape[0] - 1
+        R.hist[b] += w
+        g = R.n_gpu[n]
+        peer = R.n_peer[n]
+        R.landed[g, peer] += R.j_bytes[j]
+        m = R.match_recv[n]
+        R.n_land[m] -= R.j_bytes[j]
+        if R.n_land[m] <= 0 and R.n_state[m] == N_DATA:
+            if R.n_type[m] == T_RECV:
+                _complete(R, m, now)
+            else:
+                _start(net, st, R, m, now)
+    R.js_pending[js] -= 1
+    if R.js_pending[js] == 0:
+        _job_done(net, st, R, js, now)
+
+
+@_jit
+def _trace_sample(st: Any, R: Any, now: float) -> None:
+    """Record the scale-up links' cumulative bytes; halve the sample rate when the buffer fills."""
+    while now >= R.stat_f[S_TR_NEXT]:
+        k = R.rc[R_TR_N]
+        if k >= R.tr_time.shape[0]:
+            half = k // 2
+            for i in range(half):
+                R.tr_time[i] = R.tr_time[2 * i + 1]
+                for e in range(R.tr_edges.shape[0]):
+                    R.tr_bytes[i, e] = R.tr_bytes[2 * i + 1, e]
+            R.rc[R_TR_N] = half
+            R.par_f[F_TRACE_DT] *= 2.0
+            k = half
+        t = R.stat_f[S_TR_NEXT]
+        R.tr_time[k] = t
+        for e in range(R.tr_edges.shape[0]):
+            inv = st.ef[R.tr_edges[e], EF_INVBW]
+            R.tr_bytes[k, e] = st.ef[R.tr_edges[e], EF_BUSY] / inv if inv > 0.0 else 0.0
+        R.rc[R_TR_N] = k + 1
+        R.stat_f[S_TR_NEXT] = t + R.par_f[F_TRACE_DT]
+
+
+@_jit
+def replay_loop(net: Any, st: Any, R: Any) -> int:
+    """Run the replay until no event is left (done, or deadlocked: the caller checks), or until
+    the heap needs to grow (``NEED_HEAP``: grow it and call again)."""
+    if R.rc[R_INIT] == 0:
+        R.rc[R_INIT] = 1
+        _drain_ready(net, st, R, 0.0)
+        drain_arbitrations(net, st, 0.0)
+    margin = 16 * R.par_i[P_LIMIT] + 16 * 1024
+    tracing = R.par_f[F_TRACE_DT] > 0.0
+    while st.ctr[C_HEAP_N] > 0:
+        if st.ctr[C_HEAP_N] + margin > st.heap.shape[0]:
+            return NEED_HEAP
+        now, pay = heap_pop(st)
+        st.ctr[C_POPPED] += 1
+        if tracing:
+            _trace_sample(st, R, now)
+        kind = pay & 7
+        x = pay >> 3
+        if kind == EV_ARRIVE:
+            code = on_arrive(net, st, x, now)
+            if code != ARR_MOVING:
+                _packet_head(net, st, R, x, now)
+                if code == ARR_DELIVERED:
+                    _packet_done(net, st, R, x, now)
+        elif kind == EV_WAKE:
+            on_wake(net, st, x, now)
+        elif kind == EV_HEAD:
+            request(net, st, x)
+        elif kind == EV_ROOM:
+            g = x // R.par_i[P_BLOCK]
+            _issue(net, st, R, g * R.par_i[P_CUS] + x - g * R.par_i[P_BLOCK] - R.par_i[P_CUSRC], now)
+        else:
+            _packet_done(net, st, R, x, now)
+        # calls pass every state array (hundreds of scalars): only make them when needed
+        if R.rc[R_READY] > 0:
+            _drain_ready(net, st, R, now)
+        drain_arbitrations(net, st, now)
+        if st.ctr[C_OVERFLOW]:
+            return OVERFLOW
+    return DONE

@@ -1,0 +1,233 @@
+"""Where a replay puts things: threadblocks on CUs, buffers in pages, pages on HBM stacks.
+
+This is the one implementation of ``docs/architecture.md``, "Baseline (UA) placement and buffer
+layout": the simulator applies it to whatever a plan's :class:`~nuna.plan.ir.Placement` leaves
+open, and the UA pass materialises the same choices by calling it.
+
+- Threadblocks: per GPU in threadblock-id order, threadblock ``i`` goes to die ``i mod D`` and,
+  within the die, to the least-loaded CU, ties broken by a fixed location-neutral order of the
+  die's CUs (a multiplicative stride of about 0.618 n, coprime to n, over the die's CU list), so
+  the first threadblocks of a die spread over it instead of piling up in one corner.
+- Buffers: per GPU, input, output, scratch, then the receive buffers of fused receives (one per
+  receiving threadblock, its fused steps' regions back to back), each starting on a page; chunk
+  ``k`` of a buffer is bytes ``[k*cb, (k+1)*cb)``.
+- Pages: virtual page ``j`` of a GPU is on stack ``baseline_stack(spec, j)`` unless a
+  :class:`~nuna.plan.ir.ChunkPlacement` fixed it first (first come, first served, in listed
+  order). Each stack hands out its page slots in virtual-page order, so the baseline layout is
+  the topology's identity map (virtual address = physical address).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from nuna.errors import SimulationError
+from nuna.plan.dag import STEP_TYPES, FlatPlan
+from nuna.plan.ir import Buffer, Plan, StepType
+from nuna.plan.verify import chunk_bytes_for
+from nuna.topology.address import baseline_stack
+from nuna.topology.geometry import chip_geometry
+from nuna.topology.spec import TopologySpec
+
+I64 = npt.NDArray[np.int64]
+
+#: Buffer order in a GPU's virtual pages; receive buffers of fused receives come after these.
+BUFFER_ORDER: tuple[Buffer, ...] = (Buffer.INPUT, Buffer.OUTPUT, Buffer.SCRATCH)
+#: Buffer codes as in :class:`nuna.plan.dag.FlatPlan` (``-1`` none); 3 is a receive buffer.
+BUFFER_CODE: dict[Buffer, int] = {Buffer.INPUT: 0, Buffer.OUTPUT: 1, Buffer.SCRATCH: 2}
+RECV_BUFFER = 3
+
+_FUSED_RECEIVES = frozenset({StepType.RECV_COPY_SEND, StepType.RECV_REDUCE_COPY, StepType.RECV_REDUCE_SEND,
+                             StepType.RECV_REDUCE_COPY_SEND})
+
+
+def _gcd(a: int, b: int) -> int:
+    while b:
+        a, b = b, a % b
+    return a
+
+
+def neutral_order(n: int) -> list[int]:
+    """A fixed order of ``0..n-1`` in which consecutive entries land far apart: index ``i`` maps
+    to ``i * step mod n`` with ``step`` the integer nearest ``0.618 n`` that is coprime to ``n``."""
+    if n <= 1:
+        return list(range(n))
+    step = max(1, round(n * 0.6180339887))
+    while _gcd(step, n) != 1:
+        step += 1
+    return [(i * step) % n for i in range(n)]
+
+
+def baseline_cus(plan: Plan, spec: TopologySpec) -> dict[tuple[int, int], int]:
+    """The baseline CU of every threadblock, keyed by ``(gpu id, tb id)``."""
+    geo = chip_geometry(spec.chip)
+    dies = spec.chip.dies
+    die_cus: list[list[int]] = [[] for _ in range(dies)]
+    for cu, die in enumerate(geo.cu_die.tolist()):
+        die_cus[die].append(cu)
+    orders = [[cus[k] for k in neutral_order(len(cus))] for cus in die_cus]
+    out: dict[tuple[int, int], int] = {}
+    for g in sorted(plan.gpus, key=lambda x: x.id):
+        for i, tb in enumerate(sorted(g.threadblocks, key=lambda t: t.id)):
+            die, k = i % dies, i // dies
+            # the k-th threadblock of a die is its least-loaded CU: entry k of the order,
+            # wrapping once every CU of the die has a threadblock
+            out[(g.id, tb.id)] = orders[die][k % len(orders[die])]
+    return out
+
+
+def threadblock_cus(plan: Plan, spec: TopologySpec, flat: FlatPlan) -> I64:
+    """CU of every threadblock in replay-DAG order: the plan's placement where it has one, the
+    baseline elsewhere. Raises ``SimulationError`` for a CU the chip does not have."""
+    base = baseline_cus(plan, spec)
+    placed = {(p.gpu, p.tb): p.cu for p in plan.placement.threadblocks}
+    cus = np.empty(flat.tb_gpu.shape[0], dtype=np.int64)
+    for t, (g, tb) in enumerate(zip(flat.tb_gpu.tolist(), flat.tb_id.tolist(), strict=True)):
+        cu = placed.get((g, tb), base[(g, tb)])
+        if not 0 <= cu < spec.chip.cus:
+            raise SimulationError(f"gpu {g} tb {tb}: placement names CU {cu}, the chip has {spec.chip.cus}")
+        cus[t] = cu
+    return cus
+
+
+@dataclass(frozen=True, eq=False)
+class MemoryLayout:
+    """Virtual pages of every GPU and where they live.
+
+    ``page_base[g]`` is GPU ``g``'s first entry in the page arrays; ``buffer_page[g, b]`` the
+    first virtual page of buffer code ``b`` (0 input, 1 output, 2 scratch) on GPU ``g``, and
+    ``node_recv_page[n]`` / ``node_recv_off[n]`` the page and byte offset of the receive region
+    of fused-receive node ``n`` (``-1`` for other nodes). ``page_stack`` and ``page_phys`` give
+    each virtual page's HBM stack and physical byte address (page granularity)."""
+
+    chunk_bytes: int
+    page_bytes: int
+    page_base: I64
+    buffer_page: I64
+    node_recv_page: I64
+    node_recv_off: I64
+    page_stack: I64
+    page_phys: I64
+
+    def virtual_address(self, gpu: int, buffer_code: int, offset_bytes: int) -> int:
+        """Virtual byte address (within ``gpu``'s space) of a buffer offset."""
+        return int(self.buffer_page[gpu, buffer_code]) * self.page_bytes + offset_bytes
+
+    def stack_of(self, gpu: int, virtual_addr: int) -> int:
+        return int(self.page_stack[self.page_base[gpu] + virtual_addr // self.page_bytes])
+
+    def physical_address(self, gpu: int, virtual_addr: int) -> int:
+        page = self.page_base[gpu] + virtual_addr // self.page_bytes
+        return int(self.page_phys[page]) + virtual_addr % self.page_bytes
+
+
+def memory_layout(plan: Plan, spec: TopologySpec, size_bytes: int, flat: FlatPlan,
+                  match_send: npt.NDArray[np.integer]) -> MemoryLayout:
+    """Lay out every GPU's buffers and place its pages (see the module docstring)."""
+    chip = spec.chip
+    cb = chunk_bytes_for(plan, size_bytes)
+    page = chip.page_bytes
+    ngpu_slots = max((g.id for g in plan.gpus), default=-1) + 1
+    buffer_page = np.zeros((ngpu_slots, 3), dtype=np.int64)
+    gpu_pages = np.zeros(ngpu_slots, dtype=np.int64)
+    chunks = {g.id: (g.input_chunks, g.output_chunks, g.scratch_chunks) for g in plan.gpus}
+    fused_codes = [code for code, t in enumerate(STEP_TYPES) if t in _FUSED_RECEIVES]
+    nnodes = flat.num_nodes
+    node_recv_page = np.full(nnodes, -1, dtype=np.int64)
+    node_recv_off = np.full(nnodes, -1, dtype=np.int64)
+    for g in sorted(chunks):
+        at = 0
+        for b, n in enumerate(chunks[g]):
+            buffer_page[g, b] = at
+            at += -(-(n * cb) // page)
+        gpu_pages[g] = at
+    # receive regions: per receiving threadblock, its fused receives back to back
+    fused = np.flatnonzero(np.isin(flat.code, fused_codes) & (match_send >= 0))
+    for t in np.unique(flat.node_tb[fused]).tolist():
+        g = int(flat.tb_gpu[t])
+        start_page = int(gpu_pages[g])
+        off = 0
+        for n in fused[flat.node_tb[fused] == t].tolist():
+            node_recv_page[n] = start_page
+            node_recv_off[n] = off
+            off += int(flat.count[n]) * cb
+        gpu_pages[g] = start_page + -(-off // page)
+    page_base = np.zeros(ngpu_slots + 1, dtype=np.int64)
+    np.cumsum(gpu_pages, out=page_base[1:])
+    total = int(page_base[-1])
+    page_stack = np.full(total, -1, dtype=np.int64)
+    for pl in plan.placement.chunks:  # first come, first served, in listed order
+        if pl.gpu not in chunks:
+            raise SimulationError(f"chunk placement names gpu {pl.gpu}, which the plan does not have")
+        if not 0 <= pl.stack < chip.hbm_stacks:
+            raise SimulationError(f"gpu {pl.gpu}: chunk placement names HBM stack {pl.stack}, "
+                                  f"the chip has {chip.hbm_stacks}")
+        b = BUFFER_CODE[pl.buffer]
+        if not 0 <= pl.chunk < chunks[pl.gpu][b]:
+            continue  # a chunk this plan never touches at this size holds no page
+        lo = int(page_base[pl.gpu] + buffer_page[pl.gpu, b]) * page + pl.chunk * cb
+        first, last = lo // page, (lo + cb - 1) // page
+        for p in range(first, last + 1):
+            if page_stack[p] < 0:
+                page_stack[p] = pl.stack
+    page_phys = np.zeros(total, dtype=np.int64)
+    stacks = chip.hbm_stacks
+    for g in range(ngpu_slots):
+        lo, hi = int(page_base[g]), int(page_base[g + 1])
+        if hi == lo:
+            continue
+        local = np.arange(hi - lo, dtype=np.int64)
+        own = page_stack[lo:hi]
+        unset = own < 0
+        # baseline_stack is the topology's round-robin policy; evaluate it once per residue
+        table = np.array([baseline_stack(spec, j) for j in range(stacks)], dtype=np.int64)
+        own[unset] = table[local[unset] % stacks]
+        # each stack hands out slots in virtual-page order
+        order = np.argsort(own, kind="stable")
+        slot = np.empty(hi - lo, dtype=np.int64)
+        counts = np.bincount(own, minlength=stacks)
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        slot[order] = np.arange(hi - lo, dtype=np.int64) - np.repeat(starts, counts)
+        if slot.size and int(slot.max()) >= chip.pages_per_stack:
+            raise SimulationError(f"gpu {g}: buffers need more than one stack's {chip.pages_per_stack} pages")
+        page_phys[lo:hi] = (slot * stacks + own) * page
+    return MemoryLayout(cb, page, page_base[:-1].copy(), buffer_page, node_recv_page, node_recv_off,
+                        page_stack, page_phys)
+
+
+class BaselineLayout:
+    """The baseline layout of one plan at one size, as the placement passes query it
+    (pages round-robin, no chunk placement applied)."""
+
+    def __init__(self, plan: Plan, spec: TopologySpec, size_bytes: int) -> None:
+        self.spec = spec
+        self.chunk_bytes = chunk_bytes_for(plan, size_bytes)
+        page = spec.chip.page_bytes
+        self._base: dict[tuple[int, Buffer], int] = {}
+        for g in plan.gpus:
+            at = 0
+            for buf, n in zip(BUFFER_ORDER, (g.input_chunks, g.output_chunks, g.scratch_chunks), strict=True):
+                self._base[(g.id, buf)] = at
+                at += -(-(n * self.chunk_bytes) // page)
+
+    def base_page(self, gpu: int, buffer: Buffer) -> int:
+        """First virtual page of ``buffer`` on ``gpu``."""
+        return self._base[(gpu, buffer)]
+
+    def chunk_stack_bytes(self, gpu: int, buffer: Buffer, chunk: int) -> dict[int, int]:
+        """Bytes of chunk ``chunk`` of ``buffer`` on each HBM stack under round-robin pages."""
+        cb = self.chunk_bytes
+        page = self.spec.chip.page_bytes
+        at = self._base[(gpu, buffer)] * page + chunk * cb
+        end = at + cb
+        out: dict[int, int] = {}
+        while at < end:
+            p = at // page
+            nxt = min(end, (p + 1) * page)
+            s = baseline_stack(self.spec, p)
+            out[s] = out.get(s, 0) + (nxt - at)
+            at = nxt
+        return out

@@ -1,0 +1,422 @@
+"""The replay: a plan's DAG executed on a pod of multi-die GPUs, packet by packet, on the flit
+engine (:mod:`nuna.sim.engine`).
+
+Model (``docs/simulator.md`` has the full description and its validation):
+
+- every threadblock runs on a CU (:mod:`nuna.sim.layout`); a step starts when its control
+  predecessors are done (program order and ``depid``), a receive-type step also waits until the
+  data matched to it has landed;
+- a step's bytes are cut into packets of at most ``packet_bytes`` (one 256-byte flit by
+  default); each packet is a job on the CU: load its source lines (a request to the HBM stack
+  of the page, the memory access latency, the data back over the NoC), reduce on the CU's ALU
+  for reducing steps, then store: locally into the stack holding the destination page, or
+  remotely through the I/O port the address map picks for the destination physical address,
+  the scale-up link, the switch, the remote port and the remote NoC into the remote stack
+  (direct remote stores, the model the paper evaluates; a plain ``r`` moves nothing and
+  completes when its data has landed; fused receives take their data in a receive buffer);
+- each CU keeps at most ``max_outstanding_requests_per_cu`` lines in flight; a line's slot is
+  freed when its store has been written;
+- a send step completes when all its stores are written (as a fence would require).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from nuna.errors import SimulationError, UsageError
+from nuna.plan.dag import NONE, STEP_TYPES, FlatPlan, ReplayDag, build_dag, flatten
+from nuna.plan.ir import Plan
+from nuna.sim import engine as eng
+from nuna.sim.layout import MemoryLayout, memory_layout, threadblock_cus
+from nuna.sim.network import EDGE_CLASSES, PodNet, RouterParams, build_pod_net
+from nuna.sim.result import LatencyStats, SimResult
+from nuna.topology.address import nar_domain_stacks
+from nuna.topology.build import local_node
+from nuna.topology.spec import TopologySpec
+
+I64 = npt.NDArray[np.int64]
+
+PacketBytes = int | Literal["auto"]
+
+
+@dataclass(frozen=True, slots=True)
+class SimOptions:
+    """Model parameters the topology file does not carry (each documented in docs/simulator.md)."""
+
+    request_bytes: int = 64  # a read request: command and address, a quarter flit
+    element_bytes: int = 4  # fp32, the nccl-tests default type: sets the CU's reduction rate
+    router: RouterParams = field(default_factory=RouterParams)
+    auto_max_jobs: int = 1_500_000  # "auto" grows packets until about this many remain
+    max_packet_bytes: int = 1 << 16
+    hist_bin_ns: float = 1.0
+    hist_bins: int = 1 << 16
+    credit_ring: int = 4
+    issue_queue: int = 4  # packets a CU's issue queue holds before it stops starting new jobs (0: no limit)
+    trace_samples: int = 512
+
+
+@functools.lru_cache(maxsize=4)
+def _pod_net(spec: TopologySpec, ngpus: int, router: RouterParams, element_bytes: int,
+             issue_queue: int) -> PodNet:
+    return build_pod_net(spec, ngpus, router, element_bytes, issue_queue)
+
+
+def _step_name(flat: FlatPlan, n: int) -> str:
+    t = int(flat.node_tb[n])
+    return (f"gpu {int(flat.tb_gpu[t])} tb {int(flat.tb_id[t])} step {int(flat.index[n])} "
+            f"({STEP_TYPES[int(flat.code[n])].value})")
+
+
+def _check_operands(flat: FlatPlan, plan: Plan, n_gpu: I64) -> None:
+    """Every operand a step reads or writes must lie inside its buffer (executors do not check
+    ``off + cnt``; the simulator must, or it would read another buffer's pages)."""
+    chunks = {g.id: (g.input_chunks, g.output_chunks, g.scratch_chunks) for g in plan.gpus}
+    uses_src = {eng.T_SEND, eng.T_RRC, eng.T_RRS, eng.T_RRCS, eng.T_CPY, eng.T_RE}
+    uses_dst = {eng.T_RECV, eng.T_RCS, eng.T_RRC, eng.T_RRCS, eng.T_CPY, eng.T_RE}
+    code = flat.code
+    for which, buf_arr, off_arr, types in (("reads", flat.src_buf, flat.src_off, uses_src),
+                                           ("writes", flat.dst_buf, flat.dst_off, uses_dst)):
+        sel = np.flatnonzero(np.isin(code, list(types)) & (flat.count > 0))
+        for n in sel.tolist():
+            b, off, cnt, g = int(buf_arr[n]), int(off_arr[n]), int(flat.count[n]), int(n_gpu[n])
+            if b < 0 or off == NONE or off < 0 or off + cnt > chunks[g][b]:
+                size = chunks[g][b] if b >= 0 else 0
+                where = f"{'ios'[b]}[{off}..{off + cnt})" if b >= 0 and off != NONE else "no buffer"
+                raise SimulationError(f"{_step_name(flat, n)} {which} {where}, outside its buffer of "
+                                      f"{size} chunks")
+
+
+def _addresses(flat: FlatPlan, dag: ReplayDag, layout: MemoryLayout, n_gpu: I64) -> tuple[I64, I64]:
+    """Per node: the four base addresses of its lines (load 0, load 1, local store, remote
+    store) and the peer its remote stores go to."""
+    page = layout.page_bytes
+    cb = layout.chunk_bytes
+
+    def va(buf: I64, off: I64) -> I64:
+        ok = (buf >= 0) & (off != NONE)
+        b = np.where(ok, buf, 0)
+        o = np.where(ok, off, 0)
+        return np.where(ok, layout.buffer_page[n_gpu, b] * page + o * cb, -1)
+
+    src = va(flat.src_buf, flat.src_off)
+    dst = va(flat.dst_buf, flat.dst_off)
+    recv = np.where(layout.node_recv_page >= 0, layout.node_recv_page * page + layout.node_recv_off, -1)
+    m = dag.match_recv.astype(np.int64)
+    has_m = m >= 0
+    mm = np.where(has_m, m, 0)
+    remote = np.where(has_m, np.where(flat.code[mm] == eng.T_RECV, dst[mm], recv[mm]), -1)
+    peer = np.where(has_m, n_gpu[mm], -1)
+    code = flat.code
+    addr = np.full((code.shape[0], 4), -1, dtype=np.int64)
+    none = np.full(code.shape[0], -1, dtype=np.int64)
+    table = {
+        eng.T_SEND: (src, none, none, remote),
+        eng.T_RCS: (recv, none, dst, remote),
+        eng.T_RRC: (recv, src, dst, none),
+        eng.T_RRS: (recv, src, none, remote),
+        eng.T_RRCS: (recv, src, dst, remote),
+        eng.T_CPY: (src, none, dst, none),
+        eng.T_RE: (src, dst, dst, none),
+    }
+    for t, cols in table.items():
+        sel = code == t
+        for k in range(4):
+            addr[sel, k] = cols[k][sel]
+    return addr, peer.astype(np.int64)
+
+
+def auto_packet_bytes(total_lines: int, line_bytes: int, options: SimOptions) -> int:
+    """``--packet-bytes auto``: the flit while the replay has at most ``auto_max_jobs`` lines,
+    else the smallest power-of-two multiple of the flit that brings it down to about that
+    many packets (capped at ``max_packet_bytes``). Large transfers are bandwidth-bound, and the
+    error this costs is measured by ``benchmarks/bench_sim.py``."""
+    size = line_bytes
+    while total_lines * line_bytes > options.auto_max_jobs * size and size < options.max_packet_bytes:
+        size *= 2
+    return size
+
+
+def _lower_bound(spec: TopologySpec, net: PodNet, sent: I64) -> float:
+    """Alpha-beta bound: the shortest remote store (CU to port, scale-up, port to stack, memory
+    write) plus the busiest GPU's bytes over its total port bandwidth (egress or ingress), less
+    one flit (the last flit's own serialization is inside the latency)."""
+    if int(sent.sum()) == 0:
+        return 0.0
+    geo = net.geo
+    chip = spec.chip
+    up = net.up + np.arange(chip.io_ports)
+    down = net.down + np.arange(chip.io_ports)
+    alpha = min(
+        float(geo.cu_port.latency_ns[:, k].min() + net.edge_lat[up[k]] + net.edge_lat[down[k]]
+              + geo.port_stack.latency_ns[k, :].min())
+        for k in range(chip.io_ports)
+    ) + chip.memory_access_latency_ns
+    bw_in_port = net.edge_bw[geo.port_in_edge]  # Router -> IoPort
+    bw_out_port = net.edge_bw[geo.port_out_edge]
+    egress_bw = float(np.minimum(bw_in_port, net.edge_bw[up]).sum())
+    ingress_bw = float(np.minimum(net.edge_bw[down], bw_out_port).sum())
+    slowest = float(min(np.minimum(bw_in_port, net.edge_bw[up]).min(),
+                        np.minimum(net.edge_bw[down], bw_out_port).min()))
+    beta = max(float(sent.sum(axis=1).max()) / egress_bw, float(sent.sum(axis=0).max()) / ingress_bw)
+    beta = max(0.0, beta - (chip.flit_bytes / slowest if math.isfinite(slowest) else 0.0))
+    return alpha + beta
+
+
+def _latency_stats(hist: npt.NDArray[np.float64], bin_ns: float, total_w: float, sum_lat: float,
+                   max_lat: float, sum_ready: float) -> LatencyStats:
+    if total_w <= 0:
+        return LatencyStats(0, 0.0, 0.0, 0.0, 0.0, 10.0, ())
+    cum = np.cumsum(hist)
+
+    def quantile(q: float) -> float:
+        return (float(np.searchsorted(cum, q * cum[-1], side="left")) + 0.5) * bin_ns
+
+    coarse = 10.0
+    per = max(1, round(coarse / bin_ns))
+    nb = int(max_lat // (per * bin_ns)) + 1
+    end = min(nb * per, hist.shape[0])
+    counts = np.add.reduceat(hist[:end], np.arange(0, end, per))
+    return LatencyStats(int(total_w), sum_lat / total_w, quantile(0.5), quantile(0.99), max_lat, per * bin_ns,
+                        tuple(round(float(c)) for c in counts), sum_ready / total_w)
+
+
+def _edge_name(net: PodNet, gpu: int, local: int) -> str:
+    geo = net.geo
+    if local < geo.num_edges:
+        u = local_node(geo, gpu, int(geo.edge_src[local]))
+        v = local_node(geo, gpu, int(geo.edge_dst[local]))
+        return f"{u!r}->{v!r}"
+    p = geo.spec.io_ports
+    if net.up <= local < net.up + p:
+        k = local - net.up
+        return f"IoPort(gpu={gpu}, port={k})->Switch(plane={k})"
+    if net.down <= local < net.down + p:
+        k = local - net.down
+        return f"Switch(plane={k})->IoPort(gpu={gpu}, port={k})"
+    return f"virtual({gpu}, {local})"
+
+
+def _deadlock_message(flat: FlatPlan, dag: ReplayDag, R: Any) -> str:
+    state = R.n_state
+    undone = np.flatnonzero(state != eng.N_DONE)
+    # control predecessors of every node
+    ptr = np.asarray(dag.ctrl_indptr, dtype=np.int64)
+    src = np.repeat(np.arange(dag.num_nodes), ptr[1:] - ptr[:-1])
+    dst = dag.ctrl_indices.astype(np.int64)
+    blocked: list[str] = []
+    tbs = np.unique(flat.node_tb[undone])
+    for t in tbs.tolist():
+        lo, hi = int(flat.tb_indptr[t]), int(flat.tb_indptr[t + 1])
+        n = lo + int(np.argmax(state[lo:hi] != eng.N_DONE))
+        if R.n_indeg[n] > 0:
+            preds = src[(dst == n) & (state[src] != eng.N_DONE)]
+            what = ", ".join(_step_name(flat, int(p)) for p in preds[:3])
+            blocked.append(f"{_step_name(flat, n)} waits for {what}")
+        elif state[n] == eng.N_DATA:
+            s = int(dag.match_send[n])
+            blocked.append(f"{_step_name(flat, n)} waits for data from {_step_name(flat, s)}")
+        else:
+            blocked.append(f"{_step_name(flat, n)} is stuck moving data")
+    more = f" (and {len(blocked) - 6} more)" if len(blocked) > 6 else ""
+    return (f"deadlock: {len(tbs)} threadblocks cannot finish: " + "; ".join(blocked[:6]) + more)
+
+
+def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *, packet_bytes: PacketBytes = 256,
+             seed: int = 0, trace: bool = False, options: SimOptions | None = None) -> SimResult:
+    """Replay ``plan`` for a collective of ``size_bytes`` (nccl-tests convention) on a pod of
+    ``plan.ngpus`` GPUs of ``topology_spec``.
+
+    ``packet_bytes``: a multiple of the flit size, or ``"auto"`` (see :func:`auto_packet_bytes`).
+    ``seed`` is recorded in the result; the model itself makes no random choices. ``trace``
+    keeps per-port byte counters over time for :func:`nuna.sim.trace.chrome_trace`. Raises
+    ``UsageError`` for a bad size or packet size, ``PlanError`` for a plan without a replay DAG
+    and ``SimulationError`` when it cannot run or finish (deadlock)."""
+    started = time.perf_counter()
+    opts = options or SimOptions()
+    spec = topology_spec
+    chip = spec.chip
+    line = chip.flit_bytes
+    if packet_bytes != "auto" and (isinstance(packet_bytes, bool) or not isinstance(packet_bytes, int)
+                                   or packet_bytes < line or packet_bytes % line):
+        raise UsageError(f"packet size must be 'auto' or a multiple of the {line}-byte flit, "
+                         f"got {packet_bytes!r}")
+    ngpus = plan.ngpus
+    if sorted(g.id for g in plan.gpus) != list(range(ngpus)):
+        raise SimulationError(f"plan {plan.name}: GPU ids must be 0..{ngpus - 1}")
+    dag = build_dag(plan)
+    flat = flatten(plan)
+    nn = flat.num_nodes
+    n_gpu = flat.tb_gpu[flat.node_tb].astype(np.int64)
+    _check_operands(flat, plan, n_gpu)
+    tb_cu = threadblock_cus(plan, spec, flat)
+    layout = memory_layout(plan, spec, size_bytes, flat, dag.match_send)
+    cb = layout.chunk_bytes
+    n_addr, n_peer = _addresses(flat, dag, layout, n_gpu)
+    n_bytes = flat.count.astype(np.int64) * cb
+    n_bytes[flat.code == eng.T_NOP] = 0
+
+    # jobs
+    g_nar = plan.placement.nar_granularity or 1
+    owner = np.zeros(chip.hbm_stacks, dtype=np.int64)
+    for d, stacks in enumerate(nar_domain_stacks(spec, g_nar)):
+        owner[list(stacks)] = d
+    dom_size = chip.io_ports // g_nar
+    moving = (n_addr >= 0).any(axis=1)
+    total_lines = int(((n_bytes + line - 1) // line)[moving].sum())
+    psize = auto_packet_bytes(total_lines, line, opts) if packet_bytes == "auto" else int(packet_bytes)
+    n_job_ptr = np.zeros(nn + 1, dtype=np.int64)
+    args = (n_bytes, n_gpu.astype(np.int32), n_peer.astype(np.int32), n_addr, layout.page_base,
+            layout.page_stack, layout.page_phys, layout.page_bytes, chip.address_hash_granularity_bytes,
+            owner, dom_size, line, psize)
+    njobs = int(eng.build_jobs(*args, False, n_job_ptr, np.zeros(1, np.int64), np.zeros((1, 5), np.int16)))
+    j_bytes = np.zeros(max(1, njobs), dtype=np.int64)
+    j_cls = np.full((max(1, njobs), 5), -1, dtype=np.int16)
+    eng.build_jobs(*args, True, n_job_ptr, j_bytes, j_cls)
+
+    # network and pools
+    net = _pod_net(spec, ngpus, opts.router, opts.element_bytes, opts.issue_queue)
+    limit = chip.max_outstanding_requests_per_cu
+    n_cu = tb_cu[flat.node_tb].astype(np.int64)
+    cus_used = np.unique((n_gpu * chip.cus + n_cu)[np.diff(n_job_ptr) > 0]).shape[0]
+    slots = int(min(njobs, cus_used * limit)) + 1
+    packets = 2 * slots + 2
+    margin = 16 * limit + 16 * 1024
+    st = eng.make_state(net.net, packets, packets + 2 * margin, opts.credit_ring)
+
+    m_send = dag.match_send.astype(np.int64)
+    n_land = np.where(m_send >= 0, n_bytes[np.maximum(m_send, 0)], 0).astype(np.int64)
+    indeg = dag.ctrl_indegree.astype(np.int64).copy()
+    ready0 = np.flatnonzero(indeg == 0)[::-1]
+    ready = np.zeros(max(1, nn), dtype=np.int64)
+    ready[: ready0.shape[0]] = ready0
+    ncu_total = ngpus * chip.cus
+    up_ids = (np.arange(ngpus)[:, None] * net.block + net.up + np.arange(chip.io_ports)[None, :]).ravel()
+    down_ids = (np.arange(ngpus)[:, None] * net.block + net.down + np.arange(chip.io_ports)[None, :]).ravel()
+    tr_edges = np.concatenate([up_ids, down_ids]) if trace else np.zeros(0, dtype=np.int64)
+    nsamples = opts.trace_samples if trace else 1
+    lb_sent = np.zeros((ngpus, ngpus), dtype=np.int64)
+    sends = np.flatnonzero(n_addr[:, 3] >= 0)
+    np.add.at(lb_sent, (n_gpu[sends], n_peer[sends]), n_bytes[sends])
+    lower = _lower_bound(spec, net, lb_sent)
+    par_f = np.array([opts.hist_bin_ns, max(1.0, lower / 200.0) if trace else 0.0], dtype=np.float64)
+    stat_f = np.zeros(8, dtype=np.float64)
+    R = eng.Replay(
+        flat.code.astype(np.int8), n_gpu.astype(np.int32), n_cu.astype(np.int32), n_peer.astype(np.int32),
+        dag.ctrl_indptr.astype(np.int64), dag.ctrl_indices.astype(np.int64), dag.match_recv.astype(np.int64),
+        n_job_ptr,
+        np.zeros(nn, dtype=np.int8), indeg, n_land, n_job_ptr[:-1].copy(), np.diff(n_job_ptr),
+        np.full(nn, np.nan), np.full(nn, np.nan), np.full(nn, np.nan), np.full(nn, -1, dtype=np.int64),
+        j_bytes, j_cls,
+        np.zeros(ncu_total, dtype=np.int64), np.full(ncu_total, -1, dtype=np.int64),
+        np.full(ncu_total, -1, dtype=np.int64),
+        np.zeros(slots, dtype=np.int64), np.zeros(slots, dtype=np.int64), np.zeros(slots, dtype=np.int64),
+        np.zeros(slots, dtype=np.int8), np.zeros(slots, dtype=np.float64), np.zeros(slots, dtype=np.float64),
+        np.zeros(slots, dtype=np.float64), np.zeros(slots, dtype=np.int64), np.arange(slots, dtype=np.int64),
+        np.arange(packets, dtype=np.int64),
+        ready,
+        np.zeros(opts.hist_bins, dtype=np.float64), stat_f, np.zeros((ngpus, ngpus), dtype=np.int64),
+        tr_edges.astype(np.int64), np.zeros(nsamples, dtype=np.float64),
+        np.zeros((nsamples, tr_edges.shape[0]), dtype=np.float64),
+        np.array([chip.cus, limit, opts.request_bytes, net.block, *net.seg_start, chip.hbm_stacks,
+                  chip.io_ports, line, net.cusrc, opts.issue_queue], dtype=np.int64),
+        par_f,
+        np.array([slots, packets, ready0.shape[0], 0, 0, 0, 0, 0], dtype=np.int64),
+    )
+    while True:
+        status = eng.replay_loop(net.net, st, R)
+        if status == eng.NEED_HEAP:
+            st = eng.grow_heap(st, 2 * st.heap.shape[0])
+            continue
+        if status != eng.DONE:
+            raise SimulationError(f"internal error: replay pools overflowed "
+                                  f"(code {int(R.rc[eng.R_LOSTJOB])})")
+        break
+    if R.rc[eng.R_DONE] < nn:
+        raise SimulationError(_deadlock_message(flat, dag, R))
+    return _result(plan, spec, size_bytes, psize, seed, flat, dag, net, st, R, layout, tb_cu, lower,
+                   lb_sent, njobs, started, trace)
+
+
+def _result(plan: Plan, spec: TopologySpec, size_bytes: int, psize: int, seed: int, flat: FlatPlan,
+            dag: ReplayDag, net: PodNet, st: Any, R: Any, layout: MemoryLayout, tb_cu: I64, lower: float,
+            sent: I64, njobs: int, started: float, trace: bool) -> SimResult:
+    chip = spec.chip
+    ngpus = plan.ngpus
+    nn = flat.num_nodes
+    t_end = float(np.max(R.n_t_end)) if nn else 0.0
+    t = t_end if t_end > 0 else 1.0
+    block = net.block
+    e_bytes = eng.edge_bytes(st).reshape(ngpus, block)
+    e_busy = st.ef[:, eng.EF_BUSY].reshape(ngpus, block)
+    P = chip.io_ports
+    lat = _latency_stats(R.hist, float(R.par_f[eng.F_BIN]), float(R.stat_f[eng.S_LAT_W]),
+                         float(R.stat_f[eng.S_LAT_SUM]), float(R.stat_f[eng.S_LAT_MAX]),
+                         float(R.stat_f[eng.S_READY_SUM]))
+    # links by class (physical edges only)
+    classes: dict[str, dict[str, float]] = {}
+    util = e_busy / t
+    for c, name in enumerate(EDGE_CLASSES):
+        if name == "virtual":
+            continue
+        sel = net.edge_class == c
+        if not sel.any():
+            continue
+        u = util[:, sel]
+        classes[name] = {"edges": int(u.size), "bytes": int(e_bytes[:, sel].sum()),
+                         "utilization_mean": float(u.mean()), "utilization_max": float(u.max())}
+    phys = np.flatnonzero(net.edge_class != EDGE_CLASSES.index("virtual"))
+    flat_util = util[:, phys].ravel()
+    top = np.argsort(-flat_util, kind="stable")[:10]
+    busiest = tuple(
+        {"edge": _edge_name(net, int(k // phys.shape[0]), int(phys[k % phys.shape[0]])),
+         "kind": EDGE_CLASSES[int(net.edge_class[phys[k % phys.shape[0]]])],
+         "bytes": int(e_bytes[k // phys.shape[0], phys[k % phys.shape[0]]]),
+         "utilization": float(flat_util[k])}
+        for k in top.tolist() if flat_util[k] > 0
+    )
+    # mesh hops per line, from the jobs' routes
+    counts = np.diff(R.n_job_ptr)
+    job_node = np.repeat(np.arange(nn), counts)
+    cu = R.n_cu[job_node].astype(np.int64)
+    lines = (R.j_bytes[: job_node.shape[0]] + chip.flit_bytes - 1) // chip.flit_bytes
+    cls = R.j_cls[: job_node.shape[0]].astype(np.int64)
+    geo = net.geo
+    hops: dict[str, float] = {}
+    for name, sel, h in (
+        ("load", cls[:, 0] >= 0,
+         lambda s: geo.cu_stack.hops[cu[s], cls[s, 0]] + geo.stack_cu.hops[cls[s, 0], cu[s]]),
+        ("local_store", cls[:, 2] >= 0, lambda s: geo.cu_stack.hops[cu[s], cls[s, 2]]),
+        ("remote_store", cls[:, 3] >= 0,
+         lambda s: geo.cu_port.hops[cu[s], cls[s, 3]] + geo.port_stack.hops[cls[s, 3], cls[s, 4]]),
+    ):
+        w = lines[sel]
+        hops[f"{name}_mean"] = float((h(sel) * w).sum() / w.sum()) if w.sum() > 0 else 0.0
+    die = net.edge_class == EDGE_CLASSES.index("die_crossing")
+    ntr = int(R.rc[eng.R_TR_N])
+    tr_bytes = R.tr_bytes[:ntr].reshape(ntr, 2, ngpus * P).transpose(0, 2, 1) if trace else \
+        np.zeros((0, ngpus * P, 2), dtype=np.int64)
+    return SimResult(
+        plan_name=plan.name, collective=plan.collective, ngpus=ngpus, topology=spec.name,
+        size_bytes=size_bytes,
+        chunk_bytes=layout.chunk_bytes, packet_bytes=psize, seed=seed, config=plan.placement.config,
+        nar_granularity=plan.placement.nar_granularity, time_ns=t_end, lower_bound_ns=lower,
+        remote_store_latency=lat,
+        port_egress_bytes=e_bytes[:, net.up:net.up + P].copy(),
+        port_ingress_bytes=e_bytes[:, net.down:net.down + P].copy(),
+        port_egress_busy_ns=e_busy[:, net.up:net.up + P].copy(),
+        port_ingress_busy_ns=e_busy[:, net.down:net.down + P].copy(),
+        link_classes=classes, busiest_links=busiest, noc_hops=hops,
+        die_crossing_bytes=int(e_bytes[:, die].sum()), remote_bytes=int(R.stat_f[eng.S_REMOTE_BYTES]),
+        landed_bytes=R.landed.copy(), sent_bytes=sent, steps=nn, jobs=njobs, events=int(st.ctr[eng.C_EVENTS]),
+        wall_s=time.perf_counter() - started,
+        node_t_ready=R.n_t_ready.copy(), node_t_start=R.n_t_start.copy(), node_t_end=R.n_t_end.copy(),
+        trace_time_ns=R.tr_time[:ntr].copy(),
+        trace_port_bytes=np.ascontiguousarray(tr_bytes).astype(np.int64),
+    )

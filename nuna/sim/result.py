@@ -1,0 +1,145 @@
+"""The outcome of a replay: one frozen record, its JSON form and the nccl-tests bus factors.
+
+``SimResult.to_json()`` is deterministic for the same inputs except ``wall_s``, which measures
+the run itself: a comparison drops that one key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from nuna.plan.ir import Collective
+
+F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
+
+
+def bus_factor(collective: Collective, ngpus: int) -> float:
+    """nccl-tests' busbw / algbw factor: allgather, reducescatter and alltoall ``(n-1)/n``,
+    allreduce ``2(n-1)/n``, anything else 1."""
+    n = ngpus
+    if collective in (Collective.ALLGATHER, Collective.REDUCESCATTER, Collective.ALLTOALL):
+        return (n - 1) / n
+    if collective is Collective.ALLREDUCE:
+        return 2 * (n - 1) / n
+    return 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyStats:
+    """Distribution of one-way remote-store latencies (ns), weighted by 256-byte lines: from the
+    moment a store leaves its CU's issue queue to the moment its tail is written in the remote
+    HBM stack (NoC, I/O ports, scale-up network, remote NoC, the memory write).
+    ``mean_from_ready_ns`` also counts the wait in the CU's queue (from the data being loaded)."""
+
+    count: int
+    mean_ns: float
+    p50_ns: float
+    p99_ns: float
+    max_ns: float
+    bin_ns: float
+    histogram: tuple[int, ...]  # lines per bin of ``bin_ns``, from 0
+    mean_from_ready_ns: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"count": self.count, "mean": self.mean_ns, "p50": self.p50_ns, "p99": self.p99_ns,
+                "max": self.max_ns, "mean_from_ready": self.mean_from_ready_ns,
+                "histogram": {"bin_ns": self.bin_ns, "counts": list(self.histogram)}}
+
+
+@dataclass(frozen=True, eq=False)
+class SimResult:
+    """Everything one replay measured. Times in ns, sizes in bytes, bandwidths in GB/s.
+
+    Per-step arrays are in replay-DAG node order (``nuna.plan.dag.build_dag``); ``node_*``
+    times are when a step's dependencies were met, when it started moving data and when it
+    finished. ``port_*`` arrays are indexed ``[gpu, port]``.
+    """
+
+    plan_name: str
+    collective: Collective
+    ngpus: int
+    topology: str
+    size_bytes: int
+    chunk_bytes: int
+    packet_bytes: int
+    seed: int
+    config: str | None
+    nar_granularity: int | None
+    time_ns: float
+    lower_bound_ns: float
+    remote_store_latency: LatencyStats
+    port_egress_bytes: I64
+    port_ingress_bytes: I64
+    port_egress_busy_ns: F64
+    port_ingress_busy_ns: F64
+    link_classes: dict[str, dict[str, float]]
+    busiest_links: tuple[dict[str, Any], ...]
+    noc_hops: dict[str, float]
+    die_crossing_bytes: int
+    remote_bytes: int
+    landed_bytes: I64  # [src gpu, dst gpu]
+    sent_bytes: I64  # [src gpu, dst gpu], from the plan
+    steps: int
+    jobs: int
+    events: int
+    wall_s: float
+    node_t_ready: F64 = field(repr=False)
+    node_t_start: F64 = field(repr=False)
+    node_t_end: F64 = field(repr=False)
+    trace_time_ns: F64 = field(repr=False)
+    trace_port_bytes: I64 = field(repr=False)  # [sample, gpu * ports + port, 0 egress / 1 ingress]
+
+    @property
+    def algbw_gbps(self) -> float:
+        return self.size_bytes / self.time_ns if self.time_ns > 0 else 0.0
+
+    @property
+    def busbw_gbps(self) -> float:
+        return self.algbw_gbps * bus_factor(self.collective, self.ngpus)
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready dict (units in the key names); everything but ``wall_s`` is deterministic."""
+        t = self.time_ns if self.time_ns > 0 else 1.0
+        ports = [
+            {"gpu": g, "port": k,
+             "egress_bytes": int(self.port_egress_bytes[g, k]),
+             "ingress_bytes": int(self.port_ingress_bytes[g, k]),
+             "egress_utilization": float(self.port_egress_busy_ns[g, k] / t),
+             "ingress_utilization": float(self.port_ingress_busy_ns[g, k] / t)}
+            for g in range(self.port_egress_bytes.shape[0]) for k in range(self.port_egress_bytes.shape[1])
+        ]
+        return {
+            "plan": self.plan_name,
+            "collective": self.collective.value,
+            "ngpus": self.ngpus,
+            "topology": self.topology,
+            "size_bytes": self.size_bytes,
+            "chunk_bytes": self.chunk_bytes,
+            "packet_bytes": self.packet_bytes,
+            "seed": self.seed,
+            "config": self.config,
+            "nar_granularity": self.nar_granularity,
+            "time_ns": self.time_ns,
+            "time_us": self.time_ns / 1000.0,
+            "lower_bound_ns": self.lower_bound_ns,
+            "algbw_gbps": self.algbw_gbps,
+            "busbw_gbps": self.busbw_gbps,
+            "bus_factor": bus_factor(self.collective, self.ngpus),
+            "remote_store_latency_ns": self.remote_store_latency.to_json(),
+            "io_ports": ports,
+            "links": self.link_classes,
+            "busiest_links": list(self.busiest_links),
+            "noc_hops": self.noc_hops,
+            "die_crossing_bytes": self.die_crossing_bytes,
+            "remote_bytes": self.remote_bytes,
+            "landed_bytes": self.landed_bytes.tolist(),
+            "steps": self.steps,
+            "jobs": self.jobs,
+            "events": self.events,
+            "wall_s": self.wall_s,
+        }

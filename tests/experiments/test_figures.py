@@ -1,0 +1,253 @@
+"""Figures 9-14: numbers from synthetic sweep records, the structure of the rendered figures,
+byte-stable files, the reduced grids, and one real ``nuna figure fig10 --quick`` run."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nuna.errors import InputError, UsageError
+from nuna.experiments.figures import (
+    FIGURES,
+    QUICK_GPUS,
+    figure_data,
+    figure_spec_path,
+    quick_spec,
+    render,
+    save_figure,
+)
+from nuna.experiments.spec import expand
+from nuna.experiments.sweep import load_sweep_spec
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def record(config: str, time_ns: float, *, collective: str = "allgather", gpus: int = 8,
+           size: int = 1_000_000, gran: Any = None, tbs: int = 1, gemm: int = 0,
+           extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    point = {"algo": "direct", "collective": collective, "config": config, "gemm_bytes": gemm, "gpus": gpus,
+             "nar_granularity": gran, "packet_bytes": "auto", "seed": 0, "size_bytes": size,
+             "tbs_per_peer": tbs, "topology": "nuna-4die"}
+    result = {"time_ns": time_ns, "nar_granularity_used": gran, **(extra or {})}
+    return {"point": point, "result": result}
+
+
+def bar_heights(ax: Any) -> list[float]:
+    return [p.get_height() for p in ax.patches]
+
+
+# ---------------------------------------------------------------------------------------------
+# numbers
+
+@settings(max_examples=40, deadline=None)
+@given(times=st.lists(st.floats(10.0, 1e6), min_size=4, max_size=4))
+def test_speedup_is_baseline_time_over_config_time(times: list[float]) -> None:
+    configs = ["UA", "UA+NAR", "NUMA+NAR", "NAP+NAR"]
+    records = [record(c, t) for c, t in zip(configs, times, strict=True)]
+    rows = figure_data("fig9", records)["rows"]
+    for row, t in zip(rows, times, strict=True):
+        assert row["speedup"] == pytest.approx(times[0] / t)
+    assert rows[0]["speedup"] == pytest.approx(1.0)
+
+
+def test_speedup_pairs_only_points_that_differ_in_configuration() -> None:
+    records = [record("UA", 100.0, gpus=2), record("UA", 400.0, gpus=8),
+               record("NAP+NAR", 50.0, gpus=2), record("NAP+NAR", 200.0, gpus=8),
+               record("NAP+NAR", 80.0, gpus=4)]  # no UA twin
+    rows = figure_data("fig9", records)["rows"]
+    assert [r["speedup"] for r in rows[:4]] == pytest.approx([1.0, 1.0, 2.0, 2.0])
+    assert rows[4]["speedup"] is None
+
+
+def test_fig14_uses_the_collective_time_relative_to_ua_alone() -> None:
+    records = [record("UA", 1000.0, gemm=0), record("NAP+NAR", 800.0, gemm=0),
+               record("UA", 5000.0, gemm=10**6, extra={"collective_time_ns": 2000.0}),
+               record("NAP+NAR", 4000.0, gemm=10**6, extra={"collective_time_ns": 900.0})]
+    rows = figure_data("fig14", records)["rows"]
+    assert [r["relative_time"] for r in rows] == pytest.approx([1.0, 0.8, 2.0, 0.9])
+
+
+def test_fig12_utilisation_is_the_mean_port_egress_utilisation() -> None:
+    ports = [{"egress_utilization": u} for u in (0.2, 0.4, 0.6, 0.0)]
+    records = [record("UA", 100.0, gpus=2), record("NAP+NAR", 50.0, gpus=2, extra={"io_ports": ports})]
+    rows = figure_data("fig12", records)["rows"]
+    assert rows[1]["utilisation"] == pytest.approx(0.3)
+
+
+def test_unknown_figure_is_a_usage_error() -> None:
+    with pytest.raises(UsageError):
+        figure_data("fig99", [])
+    with pytest.raises(UsageError):
+        render("fig8", {})
+
+
+# ---------------------------------------------------------------------------------------------
+# pictures
+
+def fig9_records() -> list[dict[str, Any]]:
+    out = []
+    for coll in ("allgather", "alltoall"):
+        for n in (2, 8, 64):
+            for size in (100_000, 10**9):
+                for k, config in enumerate(("UA", "UA+NAR", "NAP+NAR")):
+                    out.append(record(config, 1000.0 / (1 + 0.1 * k), collective=coll, gpus=n, size=size))
+    return out
+
+
+def test_fig9_has_one_panel_per_collective_and_pod_with_grouped_bars() -> None:
+    data = figure_data("fig9", fig9_records())
+    fig = render("fig9", data)
+    axes = fig.axes
+    assert len(axes) == 2 * 3
+    assert {ax.get_title() for ax in axes} == {f"{c}, {n} GPUs" for c in ("allgather", "alltoall")
+                                               for n in (2, 8, 64)}
+    legend = axes[0].get_legend()
+    assert [t.get_text() for t in legend.get_texts()] == ["UA+NAR", "NAP+NAR"]  # UA is the 1.0 line
+    for ax in axes:
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["100kB", "1GB"]
+        # 2 sizes x 2 non-baseline configs; heights are the speedups
+        assert sorted(bar_heights(ax)) == pytest.approx(sorted([1.1, 1.1, 1.2, 1.2]))
+
+
+def test_fig10_marks_mean_and_max_on_each_histogram() -> None:
+    def panel(config: str, mean: float, mx: float) -> dict[str, Any]:
+        counts = [0] * 900 + [5, 10, 20, 10, 5] + [0] * 3 + [1]
+        lat = {"mean": mean, "max": mx, "p50": mean, "p99": mx, "count": 52,
+               "histogram": {"bin_ns": 1.0, "counts": counts}}
+        return record(config, 1000.0, extra={"remote_store_latency_ns": lat})
+
+    data = figure_data("fig10", [panel("UA", 920.0, 1320.0), panel("NAP+NAR", 780.0, 1180.0)])
+    fig = render("fig10", data)
+    assert [ax.get_title() for ax in fig.axes] == ["(a) UA", "(b) NAP+NAR"]
+    for ax, (mean, mx) in zip(fig.axes, [(920.0, 1320.0), (780.0, 1180.0)], strict=True):
+        xs = sorted(line.get_xdata()[0] for line in ax.get_lines())
+        assert xs == pytest.approx([mean, mx])
+        assert sum(bar_heights(ax)) == pytest.approx(1.0)  # fractions of stores
+        assert ax.get_xlabel() == "remote store latency (ns)"
+
+
+def test_fig11_shows_every_configuration_per_size() -> None:
+    configs = ["UA", "UA+NAR", "NUMA", "NUMA+NAR", "NAP*", "NAP*+NAR", "NAP", "NAP+NAR"]
+    records = [record(c, 100.0 + i, size=s) for s in (100_000, 10**7) for i, c in enumerate(configs)]
+    fig = render("fig11", figure_data("fig11", records))
+    (ax,) = fig.axes
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == configs
+    assert len(ax.patches) == 2 * len(configs)
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["100kB", "10MB"]
+
+
+def test_fig12_has_speedup_bars_and_a_utilisation_axis() -> None:
+    records = []
+    for i, s in enumerate((100_000, 10**6, 10**9)):
+        ports = [{"egress_utilization": 0.1 * (i + 1)}]
+        records += [record("UA", 100.0, gpus=2, size=s), record("NAP+NAR", 100.0 / (1.5 - 0.2 * i), gpus=2,
+                                                               size=s, extra={"io_ports": ports})]
+    fig = render("fig12", figure_data("fig12", records))
+    ax, twin = fig.axes
+    assert bar_heights(ax) == pytest.approx([1.5, 1.3, 1.1])
+    (line,) = twin.get_lines()
+    assert list(line.get_ydata()) == pytest.approx([10.0, 20.0, 30.0])
+    assert "utilisation" in twin.get_ylabel()
+
+
+def test_fig13_groups_by_granularity_with_many_and_few_threadblocks() -> None:
+    records = []
+    for k in (144, 1):
+        records.append(record("UA", 1000.0, tbs=k))
+        records += [record("UA+NAR", 1000.0 / (1 + g / 100), gran=g, tbs=k) for g in (2, 3, 4, 6, 12)]
+    fig = render("fig13", figure_data("fig13", records))
+    (ax,) = fig.axes
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["2", "3", "4", "6", "12"]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["1008 threadblocks per GPU (144 per peer)", "7 threadblocks per GPU (1 per peer)"]
+    assert len(ax.patches) == 10
+
+
+def test_fig14_draws_one_line_per_configuration() -> None:
+    records = [record(c, 1000.0 * f, gemm=g) for g, f in ((0, 1.0), (10**6, 1.5)) for c in ("UA", "NAP+NAR")]
+    fig = render("fig14", figure_data("fig14", records))
+    (ax,) = fig.axes
+    lines = ax.get_lines()
+    assert [line.get_label() for line in lines] == ["UA", "NAP+NAR"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["none", "1MB"]
+
+
+def test_saved_files_are_byte_stable(tmp_path: Path) -> None:
+    data = figure_data("fig9", fig9_records())
+    a = save_figure(render("fig9", data), tmp_path / "a")
+    b = save_figure(render("fig9", data), tmp_path / "b")
+    for pa, pb in zip(a, b, strict=True):
+        assert pa.read_bytes() == pb.read_bytes()
+    svg = a[1].read_text()
+    assert "<dc:date>" not in svg
+    assert "allgather, 8 GPUs" in svg  # text kept as text
+    assert a[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# specs and the command
+
+@pytest.mark.parametrize("name", FIGURES)
+def test_every_figure_has_a_spec_and_a_small_quick_grid(name: str) -> None:
+    spec = load_sweep_spec(figure_spec_path(name, REPO / "scripts" / "sweeps"))
+    full = expand(spec)
+    quick = quick_spec(name, spec)
+    points = expand(quick)
+    assert 0 < len(points) <= len(full)
+    assert len(points) <= 16
+    assert {p.gpus for p in points} == {QUICK_GPUS}
+    assert {p.config for p in points} == {p.config for p in full}  # every series kept
+
+
+def test_fig9_spec_is_the_papers_grid() -> None:
+    spec = load_sweep_spec(figure_spec_path("fig9", REPO / "scripts" / "sweeps"))
+    assert len(expand(spec)) == 3 * 6 * 5 * 4
+
+
+def test_missing_spec_is_an_input_error(tmp_path: Path) -> None:
+    with pytest.raises(InputError):
+        figure_spec_path("fig9", tmp_path)
+
+
+@pytest.fixture
+def figure_cli(run_cli: Callable[..., Any]) -> Callable[..., Any]:
+    """``run_cli`` with the figure command registered (the root wires it in once merged)."""
+    from nuna.cli import app, figure_cmds
+
+    if not any(c.name == "figure" for c in app.registered_commands):
+        figure_cmds.register(app)
+    return run_cli
+
+
+def test_cli_figure_fig10_quick_end_to_end(figure_cli: Callable[..., Any], tmp_path: Path) -> None:
+    res = figure_cli("figure", "fig10", "--quick", "-o", tmp_path, "--jobs", "1", "-q")
+    assert res.code == 0, res.err
+    data = json.loads((tmp_path / "fig10-quick.json").read_text())
+    assert [p["config"] for p in data["panels"]] == ["UA", "NAP+NAR"]
+    for p in data["panels"]:
+        assert 0 < p["mean_ns"] <= p["max_ns"]
+        assert sum(p["counts"]) > 0
+    assert (tmp_path / "fig10-quick.png").stat().st_size > 0
+    assert (tmp_path / "sweeps" / "fig10-quick" / "index.json").is_file()
+    first_svg = (tmp_path / "fig10-quick.svg").read_bytes()
+    # a second run reuses the sweep's results and writes the same figure
+    again = figure_cli("figure", "fig10", "--quick", "-o", tmp_path, "--jobs", "1", "-q")
+    assert again.code == 0
+    assert "0 ran" in again.out
+    assert (tmp_path / "fig10-quick.svg").read_bytes() == first_svg
+
+
+def test_cli_figure_rejects_unknown_names_and_bad_spec_dirs(figure_cli: Callable[..., Any],
+                                                              tmp_path: Path) -> None:
+    bad = figure_cli("figure", "fig99", "-o", tmp_path)
+    assert bad.code == 2
+    assert "fig99" in bad.err
+    missing = figure_cli("figure", "fig9", "-o", tmp_path, "--spec-dir", tmp_path / "nope")
+    assert missing.code == 1
+    assert missing.err.count("\n") == 1

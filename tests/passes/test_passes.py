@@ -1,0 +1,176 @@
+"""The pass framework and every pass on random generated plans: the result verifies, computes
+the same thing, round-trips through XML and is deterministic; NAP respects its budgets; the
+registry is consistent. (The shared corpus is in test_corpus.py.)"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from nuna.errors import PassError, PlanError
+from nuna.passes import CONFIGS, PASSES, NapPass, NarPass, PassContext, apply_config, run_pipeline
+from nuna.passes.access import decompose
+from nuna.passes.nap import nap_placement
+from nuna.plan.generate import generate
+from nuna.plan.ir import Plan
+from nuna.plan.verify import verify
+from nuna.plan.xml import dump, loads
+from nuna.topology.address import nar_domain_stacks, nar_granularities
+from nuna.topology.spec import TopologySpec
+
+
+def test_registry_names_match() -> None:
+    assert PASSES
+    for key, cls in PASSES.items():
+        assert key == cls.name
+    assert set(CONFIGS) == {"UA", "UA+NAR", "NUMA", "NUMA+NAR", "NAP", "NAP+NAR", "NAP*", "NAP*+NAR"}
+    for key, cfg in CONFIGS.items():
+        assert key == cfg.name
+
+
+def _size(plan: Plan, target: int = 1_000_000) -> int:
+    n = plan.nchunksperloop
+    return max(n, target - target % n)
+
+
+
+def test_pipeline_verifies_and_observes(spec: TopologySpec) -> None:
+    plan = generate("allgather", 4, tbs_per_peer=2)
+    ctx = PassContext(spec, _size(plan))
+    seen: list[tuple[str, int | None]] = []
+    out = run_pipeline(plan, [NarPass(4), NapPass()], ctx,
+                       observe=lambda p, q: seen.append((p.name, q.placement.nar_granularity)))
+    assert seen == [("nar", 4), ("nap", 4)]
+    assert out.placement.nar_granularity == 4
+    assert out.placement.chunks
+
+
+def test_pipeline_rejects_a_bad_input_and_a_bad_pass(spec: TopologySpec) -> None:
+    plan = generate("allgather", 3)
+    tb = plan.gpus[0].threadblocks[0]
+    # a threadblock that lost its receive: the connection's send and receive counts differ
+    short = dataclasses.replace(tb, steps=tb.steps[:1])
+    gpu0 = dataclasses.replace(plan.gpus[0], threadblocks=(short, *plan.gpus[0].threadblocks[1:]))
+    broken = dataclasses.replace(plan, gpus=(gpu0, *plan.gpus[1:]))
+    ctx = PassContext(spec, _size(plan))
+    with pytest.raises(PlanError):
+        run_pipeline(broken, [NapPass()], ctx)
+
+    @dataclasses.dataclass(frozen=True)
+    class Meddler:
+        name = "meddler"
+
+        def run(self, plan: Plan, ctx: PassContext) -> Plan:
+            return dataclasses.replace(plan, name=plan.name + "x")
+
+    with pytest.raises(PassError, match="meddler"):
+        run_pipeline(plan, [Meddler()], ctx)  # type: ignore[list-item]
+
+
+def test_bad_options(spec: TopologySpec) -> None:
+    plan = generate("allgather", 3)
+    ctx = PassContext(spec, _size(plan))
+    with pytest.raises(PassError):
+        NarPass(5).run(plan, ctx)
+    with pytest.raises(PassError):
+        NapPass(domains=7).run(plan, ctx)
+    routed = NarPass(4).run(plan, ctx)
+    with pytest.raises(PassError, match="granularity 4"):
+        NapPass(domains=6).run(routed, ctx)
+    with pytest.raises(PassError):
+        PassContext(spec, 0)
+
+
+# --- random generated plans --------------------------------------------------------------------
+
+def _make(coll: str, algo: str, n: int, par: int, mult: int) -> Plan:
+    if algo == "direct":
+        return generate(coll, n, algo="direct", tbs_per_peer=par, chunks_per_peer=par * mult)
+    return generate(coll, n, algo="ring", channels=par, chunks_per_peer=par * mult)
+
+
+plans = st.builds(
+    _make,
+    st.sampled_from(["allgather", "allreduce", "reducescatter", "alltoall"]),
+    st.sampled_from(["direct", "ring"]),
+    st.integers(2, 6), st.integers(1, 3), st.integers(1, 2))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(plan=plans, kb=st.integers(1, 4000), config=st.sampled_from(sorted(CONFIGS)))
+def test_every_config_preserves_semantics(spec: TopologySpec, plan: Plan, kb: int, config: str) -> None:
+    ctx = PassContext(spec, _size(plan, kb * 1000))
+    out = apply_config(plan, config, ctx)
+    assert dataclasses.replace(out, placement=plan.placement) == plan
+    report = verify(out, strict=False)
+    assert report.ok, report.errors[:3]
+    assert out.placement.config == config
+    assert loads(dump(out), "x") == out
+    assert apply_config(plan, config, ctx) == out
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(plan=plans, kb=st.integers(1, 20000), g=st.sampled_from([1, 2, 3, 4, 6, 12]),
+       memory=st.booleans())
+def test_nap_respects_budgets(spec: TopologySpec, plan: Plan, kb: int, g: int, memory: bool) -> None:
+    size = _size(plan, kb * 1000)
+    r = nap_placement(plan, spec, size, g, place_memory=memory)
+    # the reported loads are exactly the sums of the demands placed
+    cu_of = {(t.gpu, t.tb): t.cu for t in r.threadblocks}
+    load: dict[tuple[int, int], int] = defaultdict(int)
+    for gpu, tb, demand in r.tb_demand:
+        assert 0 < demand <= r.cu_budget or demand == 0
+        load[(gpu, cu_of[(gpu, tb)])] += demand
+    assert tuple((a, b, v) for (a, b), v in sorted(load.items())) == r.cu_load
+    # every access of a threadblock to a placed chunk charges the chunk's stack
+    stack_of = {(c.gpu, c.buffer, c.chunk): c.stack for c in r.chunks}
+    stack_load: dict[tuple[int, int], int] = defaultdict(int)
+    if memory:
+        for w in decompose(plan):
+            for c in w.chunks:
+                stack_load[(c.gpu, stack_of[(c.gpu, c.buffer, c.chunk)])] += r.chunk_demand_bytes
+    assert tuple((a, b, v) for (a, b), v in sorted(stack_load.items())) == r.stack_load
+    # a CU budget is exceeded only where every CU was too full for the threadblock
+    over_cu = {o.gpu for o in r.overflows if o.kind == "cu"}
+    for (gpu, _cu), v in load.items():
+        if v > r.cu_budget:
+            assert gpu in over_cu
+    max_demand = max((d for _, _, d in r.tb_demand), default=0)
+    for gpu in over_cu:
+        for cu in range(spec.chip.cus):
+            assert load.get((gpu, cu), 0) > r.cu_budget - max_demand
+    # an overflow happens only when no candidate had room at that moment
+    for o in r.overflows:
+        budget = r.cu_budget if o.kind == "cu" else r.stack_budget
+        assert o.least_load + o.demand > budget
+    # every group's chunks are in its domain's stacks; NAP* places no memory
+    domains = nar_domain_stacks(spec, g)
+    if not memory:
+        assert r.chunks == ()
+    dom_of = {}
+    for grp, d in zip(r.groups, r.group_domain, strict=True):
+        for c in grp.chunks:
+            dom_of[(c.gpu, c.buffer, c.chunk)] = d
+    for c in r.chunks:
+        assert c.stack in domains[dom_of[(c.gpu, c.buffer, c.chunk)]]
+    # every accessed chunk is placed exactly once (memory on)
+    if memory:
+        accessed = {(c.gpu, c.buffer, c.chunk) for w in decompose(plan) for c in w.chunks}
+        assert sorted((c.gpu, c.buffer.value, c.chunk) for c in r.chunks) == sorted(
+            (a, b.value, k) for a, b, k in accessed)
+
+
+@pytest.mark.parametrize("config", sorted(c for c in CONFIGS if c.endswith("+NAR")))
+def test_heuristic_placer_matches_the_pipeline(spec: TopologySpec, config: str) -> None:
+    from nuna.passes.configs import _placer, get_config
+
+    plan = generate("allgather", 4, tbs_per_peer=2)
+    ctx = PassContext(spec, _size(plan, 100_000))
+    cfg = get_config(config)
+    place = _placer(plan, cfg, ctx)
+    for g in nar_granularities(spec):
+        assert place(g) == run_pipeline(plan, cfg.passes(g), ctx, check=False), g

@@ -1,0 +1,136 @@
+"""The passes against the simulator: UA is exactly the simulator's baseline, NAR confines
+traffic to its domains' ports, ``auto`` picks the fastest granularity, and ``nuna diff`` /
+``nuna demo`` report what the simulator measured."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from nuna.passes import PassContext, apply_config, choose_granularity
+from nuna.passes.report import compare
+from nuna.plan.generate import generate
+from nuna.plan.xml import dump, load
+from nuna.sim.replay import simulate
+from nuna.topology.address import nar_domain_ports, nar_granularities
+from nuna.topology.spec import TopologySpec
+from tests.conftest import PLANS_MSCCL, CliResult
+
+FIG7 = PLANS_MSCCL / "allgather_allpairs_n2_i2_LL128.xml"
+
+
+def _deterministic(result_json: dict[str, object]) -> dict[str, object]:
+    """The result without what measures the run itself or records provenance."""
+    return {k: v for k, v in result_json.items() if k not in ("run", "wall_s", "events_per_s", "config")}
+
+
+@pytest.mark.parametrize(("coll", "n", "k"), [("allgather", 4, 2), ("allreduce", 3, 1), ("alltoall", 4, 1)])
+def test_ua_is_the_simulators_baseline(spec: TopologySpec, coll: str, n: int, k: int) -> None:
+    plan = generate(coll, n, tbs_per_peer=k)
+    size = plan.nchunksperloop * 3000
+    ua = apply_config(plan, "UA", PassContext(spec, size))
+    assert len(ua.placement.threadblocks) == sum(len(g.threadblocks) for g in plan.gpus)
+    assert not ua.placement.chunks
+    assert ua.placement.nar_granularity is None
+    base = simulate(plan, spec, size)
+    annotated = simulate(ua, spec, size)
+    assert _deterministic(annotated.to_json()) == _deterministic(base.to_json())
+
+
+@pytest.mark.skipif(not FIG7.is_file(), reason="shared plan corpus not available")
+def test_nar_uses_only_its_domains_ports(spec: TopologySpec) -> None:
+    plan = load(FIG7)
+    size = 65536  # 16 KiB chunks: whole pages, so no page is shared between groups
+    g = nar_granularities(spec)[-1]
+    routed = apply_config(plan, "NAP+NAR", PassContext(spec, size), g)
+    r = simulate(routed, spec, size)
+    # four groups, dealt to domains 0-3: only those domains' ports carry traffic, on both GPUs
+    used = sorted({p for d in range(4) for p in nar_domain_ports(spec, g)[d]})
+    unused = [p for p in range(spec.chip.io_ports) if p not in used]
+    assert r.port_egress_bytes[:, unused].sum() == 0
+    assert r.port_ingress_bytes[:, unused].sum() == 0
+    assert (r.port_egress_bytes[:, used].sum(axis=0) > 0).all()
+    assert int(r.port_egress_bytes.sum()) == r.remote_bytes
+    # without NAR the same placement hashes over every port
+    hashed = simulate(apply_config(plan, "NAP", PassContext(spec, size)), spec, size)
+    assert (hashed.port_egress_bytes.sum(axis=0) > 0).all()
+
+
+def test_auto_picks_the_fastest_simulated_granularity(spec: TopologySpec) -> None:
+    plan = generate("allgather", 3, tbs_per_peer=2)
+    ctx = PassContext(spec, plan.nchunksperloop * 2048)
+    choice = choose_granularity(plan, "NAP+NAR", ctx, "auto")
+    assert [g for g, _ in choice.simulated_ns] == list(nar_granularities(spec))
+    best = min(t for _, t in choice.simulated_ns)
+    assert dict(choice.simulated_ns)[choice.granularity] == best  # type: ignore[index]
+    placed = apply_config(plan, "NAP+NAR", ctx, "auto")
+    assert placed.placement.nar_granularity == choice.granularity
+    assert simulate(placed, spec, ctx.size_bytes).time_ns == best
+
+
+def test_compare_reports_the_simulation(spec: TopologySpec) -> None:
+    plan = generate("allgather", 4, tbs_per_peer=1)
+    size = plan.nchunksperloop * 4096
+    c = compare(plan, spec, size, ["UA", "UA", "NAP+NAR"], 4)
+    ua, ua2, nap = c.rows
+    assert ua.speedup == 1.0
+    assert ua2.time_ns == ua.time_ns
+    assert ua2.threadblocks_moved == 0
+    assert ua2.pages_moved == 0
+    ref = simulate(apply_config(plan, "NAP+NAR", PassContext(spec, size), 4), spec, size)
+    assert nap.time_ns == ref.time_ns
+    assert nap.speedup == pytest.approx(ua.time_ns / ref.time_ns)
+    assert nap.latency_mean_ns == ref.remote_store_latency.mean_ns
+    assert nap.die_crossing_bytes == ref.die_crossing_bytes
+    assert sum(nap.tbs_per_domain) == sum(len(g.threadblocks) for g in plan.gpus)
+    assert nap.domains_counted == 4
+    assert nap.ports_used == int((ref.port_egress_bytes > 0).sum())
+    eg = ref.port_egress_bytes
+    assert nap.port_balance == pytest.approx(eg.max() / eg.mean())
+    assert 0 < nap.threadblocks_moved <= sum(nap.tbs_per_domain)
+    assert nap.pages_moved > 0
+    doc = c.to_json()
+    assert [r["config"] for r in doc["configs"]] == ["UA", "UA", "NAP+NAR"]
+    assert json.loads(json.dumps(doc)) == doc
+
+
+def test_cli_diff(cli: Callable[..., CliResult], tmp_path: Path) -> None:
+    plan_file = tmp_path / "p.xml"
+    plan_file.write_text(dump(generate("allgather", 3)))
+    out = tmp_path / "d.json"
+    r = cli("diff", plan_file, "--size", "24KiB", "--configs", "UA,UA+NAR,NAP+NAR", "-g", "2", "--json", out)
+    assert r.code == 0, r.err
+    doc = json.loads(out.read_text())
+    assert [c["config"] for c in doc["configs"]] == ["UA", "UA+NAR", "NAP+NAR"]
+    assert doc["configs"][1]["nar_granularity"] == 2
+    assert doc["configs"][0]["speedup"] == 1.0
+    for c in doc["configs"]:
+        assert c["config"] in r.out
+    bad = cli("diff", plan_file, "--size", "24KiB", "--configs", "UA,XYZ")
+    assert bad.code == 1
+    assert "unknown config" in bad.err
+
+
+def test_cli_demo(cli: Callable[..., CliResult], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import nuna.passes.report as report
+
+    # the real demo (8 GPUs, 100 kB and 1 MB) is the README's job; here a small one, same code
+    monkeypatch.setattr(report, "DEMO_GPUS", 3)
+    monkeypatch.setattr(report, "DEMO_SIZES_BYTES", (12_000, 48_000))
+    out = tmp_path / "demo"
+    r = cli("demo", "-o", out)
+    assert r.code == 0, r.err
+    pngs = sorted(p.name for p in out.iterdir())
+    assert "latency-12kB.png" in pngs
+    assert "latency-48kB.png" in pngs
+    assert any(p.startswith("chip-nar") for p in pngs)
+    for p in out.iterdir():
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert r.out.count("NAP+NAR") >= 2
+    again = tmp_path / "again"
+    assert cli("demo", "-o", again).code == 0
+    for p in out.iterdir():
+        assert (again / p.name).read_bytes() == p.read_bytes()

@@ -1,0 +1,85 @@
+"""``nuna simulate``: the nccl-tests row, JSON and trace files, errors as one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from nuna.plan.generate import generate
+from nuna.plan.xml import save
+from tests.sim.test_replay import DEADLOCK
+
+
+@pytest.fixture
+def plan_file(tmp_path: Path) -> Path:
+    path = tmp_path / "ag4.xml"
+    save(generate("allgather", 4, tbs_per_peer=2), path)
+    return path
+
+
+def test_simulate_prints_row_and_writes_files(run_cli, plan_file: Path, tmp_path: Path) -> None:
+    out, trace = tmp_path / "r.json", tmp_path / "t.json"
+    res = run_cli("simulate", plan_file, "--size", "256kB", "--json", out, "--trace", trace)
+    assert res.code == 0, res.err
+    rows = [line for line in res.out.splitlines() if not line.startswith("#")]
+    assert len(rows) == 1
+    size, count, kind, time_us, algbw, busbw = rows[0].split()
+    data = json.loads(out.read_text())
+    assert int(size) == data["size_bytes"] == 256_000
+    assert int(count) == 256_000 // 4
+    assert kind == "float"
+    assert float(time_us) == pytest.approx(data["time_ns"] / 1000, abs=0.01)
+    assert float(busbw) == pytest.approx(float(algbw) * 3 / 4, abs=0.02)
+    for key in ("time_ns", "lower_bound_ns", "busbw_gbps", "remote_store_latency_ns", "io_ports", "links",
+                "noc_hops", "die_crossing_bytes", "events", "wall_s"):
+        assert key in data
+    lat = data["remote_store_latency_ns"]
+    assert lat["count"] == sum(lat["histogram"]["counts"])
+    assert lat["p50"] <= lat["p99"] <= lat["max"] + lat["histogram"]["bin_ns"]
+    events = json.loads(trace.read_text())["traceEvents"]
+    slices = [e for e in events if e["ph"] == "X"]
+    assert {e["pid"] for e in slices} == {0, 1, 2, 3}
+    assert any(e["ph"] == "C" and e["name"].startswith("io port") for e in events)
+    assert max(e["ts"] + e["dur"] for e in slices) == pytest.approx(data["time_ns"] / 1000)
+
+
+def test_simulate_json_is_deterministic(run_cli, plan_file: Path, tmp_path: Path) -> None:
+    outs = []
+    for i in range(2):
+        path = tmp_path / f"r{i}.json"
+        res = run_cli("simulate", plan_file, "--size", "100kB", "--json", path, "--packet-bytes", "auto")
+        assert res.code == 0
+        data = json.loads(path.read_text())
+        data.pop("wall_s")
+        outs.append(data)
+    assert outs[0] == outs[1]
+
+
+@pytest.mark.parametrize(("args", "code"), [
+    (("--size", "1xB"), 2),
+    (("--size", "1MB", "--packet-bytes", "big"), 2),
+    (("--size", "1MB", "--packet-bytes", "300"), 1),
+    (("--size", "1MB", "--topology", "no-such-topology"), 1),
+])
+def test_simulate_errors_are_one_line(run_cli, plan_file: Path, args: tuple[str, ...], code: int) -> None:
+    res = run_cli("simulate", plan_file, *args)
+    assert res.code == code
+    assert res.err.count("\n") == 1
+    assert "Traceback" not in res.err
+
+
+def test_simulate_reports_deadlock(run_cli, tmp_path: Path) -> None:
+    path = tmp_path / "dl.xml"
+    path.write_text(DEADLOCK)
+    res = run_cli("simulate", path, "--size", "512")
+    assert res.code == 1
+    assert res.err.startswith("nuna: error: deadlock:")
+    assert res.err.count("\n") == 1
+
+
+def test_simulate_missing_plan(run_cli, tmp_path: Path) -> None:
+    res = run_cli("simulate", tmp_path / "nope.xml", "--size", "1MB")
+    assert res.code == 1
+    assert res.err.count("\n") == 1

@@ -1,0 +1,91 @@
+"""Baseline placement and buffer layout (docs/architecture.md, "Baseline (UA) placement")."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from nuna.plan.dag import build_dag, flatten
+from nuna.plan.generate import generate
+from nuna.plan.ir import Buffer, ChunkPlacement, Placement, TbPlacement
+from nuna.sim import layout
+from nuna.topology.address import baseline_stack, physical_address
+from nuna.topology.geometry import chip_geometry
+from nuna.topology.spec import load_topology
+
+
+@pytest.fixture(scope="module")
+def spec():  # type: ignore[no-untyped-def]
+    return load_topology("nuna-4die")
+
+
+@given(st.integers(1, 2000))
+def test_neutral_order_is_a_permutation(n: int) -> None:
+    assert sorted(layout.neutral_order(n)) == list(range(n))
+
+
+@pytest.mark.parametrize("k", [1, 16, 144])
+def test_baseline_spreads_over_dies_and_fills_free_cus_first(spec, k: int) -> None:  # type: ignore[no-untyped-def]
+    plan = generate("allgather", 8, tbs_per_peer=k)
+    cus = layout.baseline_cus(plan, spec)
+    geo = chip_geometry(spec.chip)
+    for g in range(8):
+        mine = [cus[(g, tb.id)] for tb in plan.gpus[g].threadblocks]
+        dies = Counter(int(geo.cu_die[c]) for c in mine)
+        assert max(dies.values()) - min(dies.values()) <= 1  # round-robin over the dies
+        assert len(set(mine)) == min(len(mine), spec.chip.cus)  # a free CU while any is free
+
+
+def _layout(plan, spec, size):  # type: ignore[no-untyped-def]
+    flat = flatten(plan)
+    return layout.memory_layout(plan, spec, size, flat, build_dag(plan).match_send), flat
+
+
+def test_baseline_pages_are_round_robin_and_identity_mapped(spec) -> None:  # type: ignore[no-untyped-def]
+    plan = generate("alltoall", 4, tbs_per_peer=2)
+    mem, _ = _layout(plan, spec, 3_000_000)
+    for g in range(4):
+        lo = int(mem.page_base[g])
+        hi = int(mem.page_base[g + 1]) if g + 1 < 4 else mem.page_stack.shape[0]
+        for j in range(hi - lo):
+            assert mem.page_stack[lo + j] == baseline_stack(spec, j)
+            assert mem.page_phys[lo + j] == j * spec.chip.page_bytes  # virtual = physical
+
+
+def test_chunk_placement_first_come_first_served(spec) -> None:  # type: ignore[no-untyped-def]
+    plan = generate("allgather", 2, tbs_per_peer=1, chunks_per_peer=8)
+    size = 16 * 1024  # 1 KiB chunks: four chunks share a page
+    chunks = (ChunkPlacement(0, Buffer.OUTPUT, 1, 5), ChunkPlacement(0, Buffer.OUTPUT, 2, 7),
+              ChunkPlacement(0, Buffer.OUTPUT, 4, 9))
+    plan = dataclasses.replace(plan, placement=Placement(chunks=chunks))
+    mem, _ = _layout(plan, spec, size)
+    base = int(mem.page_base[0] + mem.buffer_page[0, 1])
+    assert mem.page_stack[base] == 5  # chunks 0-3: chunk 1 came first
+    assert mem.page_stack[base + 1] == 9  # chunks 4-7
+    # slots are handed out per stack in page order: both pages are the first on their stacks
+    assert mem.page_phys[base] == physical_address(spec, 5, 0)
+    assert mem.page_phys[base + 1] == physical_address(spec, 9, 0)
+
+
+def test_placed_threadblocks_keep_their_cu(spec) -> None:  # type: ignore[no-untyped-def]
+    plan = generate("allgather", 2)
+    plan = dataclasses.replace(plan, placement=Placement(threadblocks=(TbPlacement(1, 0, 517),)))
+    flat = flatten(plan)
+    cus = layout.threadblock_cus(plan, spec, flat)
+    t = int(np.flatnonzero((flat.tb_gpu == 1) & (flat.tb_id == 0))[0])
+    assert cus[t] == 517
+
+
+def test_receive_buffers_follow_scratch(spec) -> None:  # type: ignore[no-untyped-def]
+    plan = generate("allreduce", 4, algo="ring")
+    mem, flat = _layout(plan, spec, 1 << 20)
+    fused = np.flatnonzero(mem.node_recv_page >= 0)
+    assert fused.size > 0
+    for n in fused.tolist():
+        g = int(flat.tb_gpu[flat.node_tb[n]])
+        assert mem.node_recv_page[n] >= mem.buffer_page[g].max()

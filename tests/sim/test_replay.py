@@ -1,0 +1,177 @@
+"""Fidelity of the replay: exact uncontended latencies, bandwidth-bound transfers, conservation
+of bytes, the alpha-beta lower bound, determinism, NAR routing and deadlock reports."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from nuna.errors import SimulationError, UsageError
+from nuna.plan.generate import generate
+from nuna.plan.ir import Buffer, ChunkPlacement, Placement, TbPlacement
+from nuna.plan.xml import loads
+from nuna.sim import simulate
+from nuna.topology.address import io_port, nar_domain_ports, physical_address, stack_domain
+from nuna.topology.geometry import chip_geometry, pod_layout
+from nuna.topology.spec import load_topology
+
+
+def _step(s: int, kind: str, src: int, dst: int) -> str:
+    return (f'<step s="{s}" type="{kind}" srcbuf="o" srcoff="{src}" dstbuf="o" dstoff="{dst}" cnt="1" '
+            f'depid="-1" deps="-1" hasdep="0"/>')
+
+
+def _plan_xml(name: str, tb0: str, steps0: list[str], tb1: str, steps1: list[str]) -> str:
+    head = (f'<algo name="{name}" proto="Simple" nchannels="1" nchunksperloop="2" ngpus="2" '
+            f'coll="allgather" inplace="1">')
+    gpus = []
+    for g, tb, steps in ((0, tb0, steps0), (1, tb1, steps1)):
+        gpus.append(f'<gpu id="{g}" i_chunks="0" o_chunks="2" s_chunks="0"><tb id="0" {tb} chan="0">'
+                    + "".join(steps) + "</tb></gpu>")
+    return head + "".join(gpus) + "</algo>"
+
+
+# gpu 0 sends o[0] into o[1] of gpu 1
+ONE_SEND = _plan_xml("one", 'send="1" recv="-1"', [_step(0, "s", 0, 1)],
+                     'send="-1" recv="0"', [_step(0, "r", 0, 1)])
+# each gpu receives before it sends: a cycle through both
+DEADLOCK = _plan_xml("dl", 'send="1" recv="1"', [_step(0, "r", 1, 1), _step(1, "s", 0, 0)],
+                     'send="0" recv="0"', [_step(0, "r", 0, 0), _step(1, "s", 1, 1)])
+
+
+@pytest.fixture(scope="module")
+def spec():  # type: ignore[no-untyped-def]
+    return load_topology("nuna-4die")
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cu=st.integers(0, 1007), src_stack=st.integers(0, 15), dst_stack=st.integers(0, 15))
+def test_uncontended_flit_takes_the_sum_of_its_path_latencies(  # type: ignore[no-untyped-def]
+        spec, cu: int, src_stack: int, dst_stack: int) -> None:
+    # one 256-byte chunk: load it (request, memory access, data back), store it remotely
+    placement = Placement(threadblocks=(TbPlacement(0, 0, cu),),
+                          chunks=(ChunkPlacement(0, Buffer.OUTPUT, 0, src_stack),
+                                  ChunkPlacement(1, Buffer.OUTPUT, 1, dst_stack)))
+    plan = dataclasses.replace(loads(ONE_SEND), placement=placement)
+    res = simulate(plan, spec, 512)
+    geo = chip_geometry(spec.chip)
+    layout = pod_layout(spec, 2)
+    mem = spec.chip.memory_access_latency_ns
+    # the destination chunk is byte 256 of the only page of gpu 1, the first page on its stack
+    port = io_port(spec, physical_address(spec, dst_stack, 0, 256), None)
+    load = geo.cu_stack.latency_ns[cu, src_stack] + mem + geo.stack_cu.latency_ns[src_stack, cu]
+    lat = layout.edge_latency_ns
+    cable = lat[layout.up_edge(0, port)] + lat[layout.down_edge(1, port)]
+    store = geo.cu_port.latency_ns[cu, port] + cable + geo.port_stack.latency_ns[port, dst_stack] + mem
+    assert res.remote_store_latency.count == 1
+    assert res.remote_store_latency.max_ns == pytest.approx(store, abs=1e-6)
+    assert res.time_ns == pytest.approx(load + store, abs=1e-6)
+    assert res.port_egress_bytes[0, port] == 256
+    assert res.port_egress_bytes.sum() == 256
+
+
+def test_large_transfer_is_bandwidth_bound() -> None:
+    flat = load_topology("flat-switch")
+    size = 8 << 20
+    plan = generate("allgather", 2, tbs_per_peer=1)
+    res = simulate(plan, flat, size)
+    link = flat.scaleup.link_bandwidth_gbps
+    alpha = 2 * flat.scaleup.link_latency_ns + flat.scaleup.switch_latency_ns
+    ideal = alpha + (size // 2) / link
+    assert res.time_ns == pytest.approx(ideal, rel=0.01)
+    assert res.time_ns >= res.lower_bound_ns
+
+
+CASES = [("allgather", "direct", 2), ("allgather", "ring", 3), ("alltoall", "direct", 3),
+         ("reducescatter", "direct", 3), ("allreduce", "direct", 2), ("allreduce", "ring", 3)]
+
+
+@pytest.mark.parametrize(("collective", "algo", "ngpus"), CASES)
+def test_bytes_sent_equal_bytes_landed(spec, collective: str, algo: str, ngpus: int) -> None:  # type: ignore[no-untyped-def]
+    plan = generate(collective, ngpus, algo=algo)
+    res = simulate(plan, spec, 96 * 1024)
+    np.testing.assert_array_equal(res.landed_bytes, res.sent_bytes)
+    assert res.remote_bytes == int(res.sent_bytes.sum())
+    assert int(res.port_egress_bytes.sum()) == int(res.sent_bytes.sum())
+    assert int(res.port_ingress_bytes.sum()) == int(res.sent_bytes.sum())
+    assert np.isfinite(res.node_t_end).all()
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=st.sampled_from(CASES), k=st.integers(1, 2), kib=st.integers(4, 256),
+       packet=st.sampled_from([256, 1024, "auto"]))
+def test_never_below_the_lower_bound(spec, case: tuple[str, str, int], k: int, kib: int,  # type: ignore[no-untyped-def]
+                                     packet: int | str) -> None:
+    collective, algo, ngpus = case
+    plan = generate(collective, ngpus, algo=algo, **({"tbs_per_peer": k} if algo == "direct" else {}))
+    res = simulate(plan, spec, kib * 1024, packet_bytes=packet)  # type: ignore[arg-type]
+    assert res.lower_bound_ns > 0
+    assert res.time_ns >= res.lower_bound_ns
+
+
+def test_same_inputs_same_json(spec) -> None:  # type: ignore[no-untyped-def]
+    plan = generate("allgather", 4, tbs_per_peer=2)
+    a, b = (simulate(plan, spec, 200_000).to_json() for _ in range(2))
+    assert a.pop("wall_s") >= 0
+    assert b.pop("wall_s") >= 0
+    assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def test_nar_keeps_stores_on_the_destination_stack_domain(spec) -> None:  # type: ignore[no-untyped-def]
+    # every destination page on stack 5; NAR with one port per domain: one port carries all
+    plan = generate("allgather", 2, tbs_per_peer=2)
+    chunks = tuple(ChunkPlacement(g, Buffer.OUTPUT, c, 5)
+                   for g in range(2) for c in range(plan.nchunksperloop))
+    for g in (12, None):
+        placed = dataclasses.replace(plan, placement=Placement(nar_granularity=g, chunks=chunks))
+        res = simulate(placed, spec, 64 * 1024)
+        used = set(np.flatnonzero(res.port_egress_bytes.sum(axis=0)).tolist())
+        if g == 12:
+            assert used == set(nar_domain_ports(spec, 12)[stack_domain(spec, 12, 5)])
+        else:
+            assert len(used) > 6  # the baseline hash spreads over the ports
+
+
+def test_more_packets_in_flight_do_not_change_bytes(spec) -> None:  # type: ignore[no-untyped-def]
+    plan = generate("alltoall", 3)
+    small = simulate(plan, spec, 300_000)
+    big = simulate(plan, spec, 300_000, packet_bytes=4096)
+    assert big.packet_bytes == 4096
+    np.testing.assert_array_equal(small.landed_bytes, big.landed_bytes)
+    assert big.jobs < small.jobs
+    assert big.time_ns == pytest.approx(small.time_ns, rel=0.25)
+
+
+def test_deadlock_names_the_blocked_threadblocks(spec) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(SimulationError, match="deadlock") as info:
+        simulate(loads(DEADLOCK), spec, 512)
+    message = str(info.value)
+    assert "gpu 0 tb 0 step 0 (r) waits for data from gpu 1 tb 0 step 1 (s)" in message
+    assert "\n" not in message
+
+
+def test_operand_outside_its_buffer_is_rejected(spec) -> None:  # type: ignore[no-untyped-def]
+    # executors check only the start offset; the replay must check the whole range
+    plan = loads(ONE_SEND)
+    gpu1 = dataclasses.replace(plan.gpus[1], output_chunks=1)
+    message = r"gpu 1 tb 0 step 0 \(r\) writes o\[1..2\), outside its buffer of 1 chunks"
+    with pytest.raises(SimulationError, match=message):
+        simulate(dataclasses.replace(plan, gpus=(plan.gpus[0], gpu1)), spec, 512)
+
+
+@pytest.mark.parametrize("packet", [0, 100, 300, True])
+def test_bad_packet_size(spec, packet: object) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(UsageError, match="packet size"):
+        simulate(loads(ONE_SEND), spec, 512, packet_bytes=packet)  # type: ignore[arg-type]
+
+
+def test_busbw_uses_the_nccl_tests_factors(spec) -> None:  # type: ignore[no-untyped-def]
+    for collective, factor in (("allgather", 3 / 4), ("allreduce", 2 * 3 / 4), ("alltoall", 3 / 4)):
+        res = simulate(generate(collective, 4), spec, 64 * 1024)
+        assert res.busbw_gbps == pytest.approx(res.algbw_gbps * factor)
+        assert res.algbw_gbps == pytest.approx(64 * 1024 / res.time_ns)
