@@ -152,6 +152,7 @@ def _run_local(tasks: Sequence[Task], jobs: int) -> Iterator[Outcome]:
     pending = iter(tasks)
     in_flight: set[Future[Outcome]] = set()
     threads = max(1, default_jobs() // workers)
+    children_before = set(multiprocessing.active_children())
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_limit_threads,
                                initargs=(threads,))
     finished = False
@@ -179,12 +180,23 @@ def _run_local(tasks: Sequence[Task], jobs: int) -> Iterator[Outcome]:
             refill()
         finished = True
     finally:
-        if not finished:
+        if finished:
+            pool.shutdown(wait=True)
+        else:
             # Interrupted: stop the points in flight now rather than wait minutes for them to end.
-            # ProcessPoolExecutor has no public way to do this before Python 3.14.
-            for process in list((getattr(pool, "_processes", None) or {}).values()):
+            # ProcessPoolExecutor has no public way to do this before Python 3.14, and an
+            # interrupt that lands while a worker is being spawned leaves that worker out of the
+            # pool's own table, so every child started since the pool was made is stopped.
+            pool.shutdown(wait=False, cancel_futures=True)
+            ours = set((getattr(pool, "_processes", None) or {}).values())
+            ours |= set(multiprocessing.active_children()) - children_before
+            for process in ours:
                 process.terminate()
-        pool.shutdown(wait=True, cancel_futures=True)
+            for process in ours:
+                process.join(timeout=5)
+                if process.is_alive():
+                    process.kill()
+                    process.join()
 
 
 def _limit_threads(threads: int) -> None:
