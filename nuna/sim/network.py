@@ -58,8 +58,11 @@ EDGE_CLASSES: tuple[str, ...] = ("noc", "die_crossing", "cu", "io", "hbm", "scal
 
 @dataclass(frozen=True, slots=True)
 class RouterParams:
-    """Input-queued router parameters of the replay's NoC (defaults: the BookSim 2 setting the
-    synthetic mode is validated against, ``shared/reference/noc-reference-8x8.md``)."""
+    """Input-queued router parameters, shared by the replay's NoC and the synthetic mode.
+    Defaults: the BookSim 2 setting of ``shared/reference/noc-reference-8x8.md``: 4 VCs x 8-flit
+    buffers, credit_delay 1 plus a 1-cycle credit channel (the credits of a flit are back 2 cycles
+    after it left), route computation + VC allocation (2 pipeline stages) redone by a packet
+    that becomes head of its VC behind another one."""
 
     vcs: int = 4
     vc_buffer_flits: int = 8

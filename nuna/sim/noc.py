@@ -31,24 +31,13 @@ import numpy as np
 
 from nuna.errors import UsageError
 from nuna.sim import engine as eng
+from nuna.sim.network import RouterParams
 
 FLIT_BYTES = 256
 TRAFFICS = ("uniform", "transpose", "edges")
 ROUTERS = ("iq", "oq")
 #: BookSim's latency threshold: a run whose latency exceeds it is past saturation (unstable).
 SATURATION_LATENCY = 500.0
-
-
-@dataclass(frozen=True, slots=True)
-class RouterParams:
-    """Input-queued router parameters (defaults: the BookSim 2 setting of the reference CSV,
-    ``shared/reference/noc-reference-8x8.md``: 4 VCs x 8-flit buffers, credit_delay 1 with a
-    1-cycle credit channel)."""
-
-    vcs: int = 4
-    vc_buffer_flits: int = 8
-    credit_delay_cycles: float = 2.0
-    head_setup_cycles: float = 2.0
 
 
 @dataclass(frozen=True, slots=True)

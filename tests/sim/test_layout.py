@@ -7,7 +7,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nuna.plan.dag import build_dag, flatten
@@ -89,3 +89,29 @@ def test_receive_buffers_follow_scratch(spec) -> None:  # type: ignore[no-untype
     for n in fused.tolist():
         g = int(flat.tb_gpu[flat.node_tb[n]])
         assert mem.node_recv_page[n] >= mem.buffer_page[g].max()
+
+
+@settings(max_examples=30, deadline=None)
+@given(pages=st.lists(st.tuples(st.integers(0, 15), st.integers(0, 5000)), min_size=1, max_size=8),
+       offset=st.integers(0, 4095), nar=st.sampled_from([None, 1, 2, 3, 4, 6, 12]))
+def test_replay_port_hash_matches_the_topology(pages: list[tuple[int, int]], offset: int,
+                                               nar: int | None) -> None:
+    # the replay re-implements the address map in numba; it must agree with nuna.topology
+    from nuna.sim import engine as eng
+    from nuna.topology.address import io_port, nar_domain_stacks
+
+    spec = load_topology("nuna-4die")
+    g = nar or 1
+    owner = np.zeros(spec.chip.hbm_stacks, dtype=np.int64)
+    for d, stacks in enumerate(nar_domain_stacks(spec, g)):
+        owner[list(stacks)] = d
+    page_stack = np.array([s for s, _ in pages], dtype=np.int64)
+    page_phys = np.array([physical_address(spec, s, slot) for s, slot in pages], dtype=np.int64)
+    page = spec.chip.page_bytes
+    for j in range(len(pages)):
+        vaddr = j * page + offset
+        _, _, _, port, stack = eng._line_class(0, 0, -1, -1, -1, vaddr, np.zeros(1, np.int64), page_stack,
+                                               page_phys, page, spec.chip.address_hash_granularity_bytes,
+                                               owner, spec.chip.io_ports // g)
+        assert stack == pages[j][0]
+        assert port == io_port(spec, int(page_phys[j]) + offset, nar)
