@@ -8,13 +8,18 @@ from typing import Any
 
 import typer
 
+from nuna.errors import UsageError
 from nuna.fsutil import write_atomic
 from nuna.units import parse_size
 
 
-def size_option(text: str) -> int:
-    """typer parser for ``--size`` values: ``100kB``, ``1MiB``, ``4096``."""
-    return parse_size(text)
+def parse_size_option(text: str) -> int:
+    """``--size`` values (``100kB``, ``1MiB``, ``4096``): a bad value is a usage error (exit 2),
+    like any other bad option."""
+    try:
+        return parse_size(text)
+    except UsageError as err:
+        raise typer.BadParameter(str(err)) from None
 
 
 def write_json(path: Path, payload: Any) -> None:

@@ -12,15 +12,14 @@ from pathlib import Path
 
 import typer
 
-from nuna.cli.common import write_json
-from nuna.errors import UsageError
+from nuna.cli.common import parse_size_option, write_json
 from nuna.fsutil import write_atomic
 from nuna.passes import PassContext, PlanPass, apply_config, get_config
 from nuna.passes.configs import choose_granularity, config_names, parse_granularity
 from nuna.plan.ir import Plan
 from nuna.plan.xml import dump, load
 from nuna.topology.spec import DEFAULT_TOPOLOGY, load_topology
-from nuna.units import format_size, parse_size
+from nuna.units import format_size
 
 _TOPO_HELP = "Topology name or .toml path."
 _CONFIG_HELP = "Configuration: UA, UA+NAR, NUMA, NUMA+NAR, NAP, NAP+NAR, NAP*, NAP*+NAR."
@@ -30,12 +29,7 @@ DEFAULT_REWRITE_SIZE_BYTES = 1_000_000
 
 
 def _size(text: str | None) -> int | None:
-    if text is None:
-        return None
-    try:
-        return parse_size(text)
-    except UsageError as err:
-        raise typer.BadParameter(str(err)) from None
+    return None if text is None else parse_size_option(text)
 
 
 def register(app: typer.Typer) -> None:

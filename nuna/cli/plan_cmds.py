@@ -13,23 +13,17 @@ from typing import Any
 
 import typer
 
-from nuna.cli.common import echo_json
-from nuna.errors import NunaError, UsageError
+from nuna.cli.common import echo_json, parse_size_option
+from nuna.errors import NunaError
 from nuna.fsutil import write_atomic
 from nuna.plan.dag import build_dag, find_cycle, to_networkx
 from nuna.plan.verify import Report, defaulted_warnings, summarize, verify
 from nuna.plan.xml import load_with_source
-from nuna.units import format_size, parse_size
+from nuna.units import format_size
 
 
 def _size(text: str | None) -> int | None:
-    """``--size`` parser: a bad value is a usage error (exit 2), like any other bad option."""
-    if text is None:
-        return None
-    try:
-        return parse_size(text)
-    except UsageError as err:
-        raise typer.BadParameter(str(err)) from None
+    return None if text is None else parse_size_option(text)
 
 
 def _err(msg: str) -> None:

@@ -11,9 +11,8 @@ from pathlib import Path
 
 import typer
 
-from nuna.cli.common import write_json
-from nuna.errors import UsageError
-from nuna.units import format_size, parse_size
+from nuna.cli.common import parse_size_option, write_json
+from nuna.units import format_size
 
 _MESH_RE = re.compile(r"^\s*(\d+)\s*[xX]\s*(\d+)\s*$")
 
@@ -54,10 +53,7 @@ def noc(
 
 
 def _size(text: str) -> int:
-    try:
-        return parse_size(text)
-    except UsageError as err:
-        raise typer.BadParameter(str(err)) from None
+    return parse_size_option(text)
 
 
 def _packet_bytes(text: str) -> int | str:
