@@ -5,7 +5,9 @@ are named ``sweep_fake_points:<function>`` in specs. Behaviour switches come fro
 variables, which worker processes inherit:
 
 - ``NUNA_FAKE_DELAY_S``: seconds every point sleeps (for the kill-and-resume test);
-- ``NUNA_FAKE_FAIL_GPUS``: points with this GPU count raise ``RuntimeError``.
+- ``NUNA_FAKE_FAIL_GPUS``: points with this GPU count raise ``RuntimeError``;
+- ``NUNA_FAKE_STARTED_DIR``: every point first creates a file named after its process there,
+  so a test can tell that points are running.
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ def _digest(point: dict[str, Any]) -> int:
 
 def echo_point(point: dict[str, Any]) -> dict[str, Any]:
     """A deterministic 'simulation': figures derived from the inputs, plus a wall-clock field."""
+    started = os.environ.get("NUNA_FAKE_STARTED_DIR")
+    if started:
+        with open(os.path.join(started, str(os.getpid())), "a"):
+            pass
     delay = float(os.environ.get("NUNA_FAKE_DELAY_S", "0"))
     if delay:
         time.sleep(delay)

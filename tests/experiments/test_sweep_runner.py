@@ -303,14 +303,18 @@ def test_interrupt_stops_points_in_flight_and_leaves_them_pending(
               "try:\n    run_sweep(load_sweep_spec(sys.argv[1]), sys.argv[2], jobs=2)\n"
               "except KeyboardInterrupt:\n    sys.exit(130)\n")
     # Every point would take a minute: only terminating the workers lets the driver stop quickly.
-    env = os.environ | {"NUNA_FAKE_DELAY_S": "60"}
+    started = tmp_path / "started"
+    started.mkdir()
+    env = os.environ | {"NUNA_FAKE_DELAY_S": "60", "NUNA_FAKE_STARTED_DIR": str(started)}
     proc = subprocess.Popen([sys.executable, "-c", driver, str(spec_path), str(out)], cwd=REPO, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 30
-        while not (out / "index.json").exists() and time.monotonic() < deadline:
+        # interrupt once both workers are running points (an interrupt while a worker is still
+        # being spawned is a different case: see the executor's note on it)
+        deadline = time.monotonic() + 60
+        while len(list(started.iterdir())) < 2 and time.monotonic() < deadline:
             time.sleep(0.02)
-        time.sleep(0.5)  # the workers are starting or already running points
+        assert len(list(started.iterdir())) >= 2, "the workers never started a point"
         proc.send_signal(signal.SIGINT)
         code = proc.wait(timeout=20)
     finally:
