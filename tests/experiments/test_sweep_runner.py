@@ -260,7 +260,10 @@ def test_sigkill_mid_sweep_then_rerun_loses_nothing(
     spec = load_sweep_spec(spec_path)
     total = len(expand(spec))
     killed = tmp_path / "killed"
-    driver = ("import sys\nfrom nuna.experiments.sweep import load_sweep_spec, run_sweep\n"
+    # A shell that starts a job in the background (as CI harnesses do) ignores SIGINT in it, and
+    # children inherit that; restore Python's own handler, as a terminal user has it.
+    driver = ("import signal, sys\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+              "from nuna.experiments.sweep import load_sweep_spec, run_sweep\n"
               "run_sweep(load_sweep_spec(sys.argv[1]), sys.argv[2], jobs=2)\n")
     env = os.environ | {"NUNA_FAKE_DELAY_S": "0.1"}
     # A session of its own, so that the kill takes the driver and its workers at once, as a
@@ -299,7 +302,10 @@ def test_interrupt_stops_points_in_flight_and_leaves_them_pending(
         fake_points: str, write_spec: Callable[..., Path], tmp_path: Path) -> None:
     spec_path = write_spec()
     out = tmp_path / "out"
-    driver = ("import sys\nfrom nuna.experiments.sweep import load_sweep_spec, run_sweep\n"
+    # A shell that starts a job in the background (as CI harnesses do) ignores SIGINT in it, and
+    # children inherit that; restore Python's own handler, as a terminal user has it.
+    driver = ("import signal, sys\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+              "from nuna.experiments.sweep import load_sweep_spec, run_sweep\n"
               "try:\n    run_sweep(load_sweep_spec(sys.argv[1]), sys.argv[2], jobs=2)\n"
               "except KeyboardInterrupt:\n    sys.exit(130)\n")
     # Every point would take a minute: only terminating the workers lets the driver stop quickly.
