@@ -81,6 +81,10 @@ def simulate(
     json_file: Path | None = typer.Option(None, "--json", help="Write the full result as JSON to this file."),
     trace_file: Path | None = typer.Option(None, "--trace",
                                            help="Write a Chrome/Perfetto trace to this file."),
+    config: str | None = typer.Option(None, "--config", help="Rewrite the plan with a named configuration "
+                                      "first (UA, UA+NAR, NUMA, NUMA+NAR, NAP, NAP+NAR, NAP*, NAP*+NAR)."),
+    nar_granularity: str | None = typer.Option(None, "--nar-granularity",
+                                               help="With --config: NAR granularity G or auto."),
 ) -> None:
     """Replay a plan on a pod of multi-die GPUs and report the collective's time and bandwidth."""
     from nuna.plan.xml import load
@@ -92,7 +96,12 @@ def simulate(
     packets = _packet_bytes(packet_bytes)
     spec = load_topology(topology)
     plan = load(plan_file)
-    # (passes: a --config NAME option will rewrite ``plan`` here, before the replay)
+    if config is not None:
+        from nuna.passes import apply_config
+        from nuna.passes.base import PassContext
+        from nuna.passes.configs import parse_granularity
+
+        plan = apply_config(plan, config, PassContext(spec, size_bytes), parse_granularity(nar_granularity))
     res = run(plan, spec, size_bytes, packet_bytes=packets, seed=seed, trace=trace_file is not None)  # type: ignore[arg-type]
     lat = res.remote_store_latency
     typer.echo(f"# {plan.name}: {plan.collective.value}, {plan.ngpus} GPUs, {spec.name}, "

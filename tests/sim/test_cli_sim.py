@@ -83,3 +83,22 @@ def test_simulate_missing_plan(run_cli, tmp_path: Path) -> None:
     res = run_cli("simulate", tmp_path / "nope.xml", "--size", "1MB")
     assert res.code == 1
     assert res.err.count("\n") == 1
+
+
+def test_simulate_config_rewrites_before_the_replay(run_cli, tmp_path) -> None:
+    import json
+
+    from nuna.plan.generate import generate
+    from nuna.plan.xml import dump
+
+    plan_path = tmp_path / "ag2.xml"
+    plan_path.write_text(dump(generate("allgather", 2)))
+    out = tmp_path / "r.json"
+    res = run_cli("simulate", plan_path, "--size", "100kB", "--config", "UA+NAR",
+                  "--nar-granularity", "4", "--json", out)
+    assert res.code == 0, res.err
+    result = json.loads(out.read_text())
+    assert (result["config"], result["nar_granularity"]) == ("UA+NAR", 4)
+    bad = run_cli("simulate", plan_path, "--size", "100kB", "--config", "BOGUS")
+    assert bad.code == 1
+    assert bad.err.count("\n") == 1
