@@ -10,12 +10,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import typer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import nuna.cli
-from nuna.cli.generate_cmds import register
 from nuna.errors import UsageError
 from nuna.plan.generate import ALGORITHMS, COLLECTIVES, generate
 from nuna.plan.ir import Buffer, Collective, Plan, Protocol, StepType
@@ -251,17 +248,7 @@ def test_impossible_requests(kwargs: dict[str, object], match: str) -> None:
 @pytest.fixture
 def cli(run_cli: Callable[..., CliResult],
         monkeypatch: pytest.MonkeyPatch) -> Callable[..., CliResult]:
-    """``run_cli`` with ``generate`` reachable: the root app when the lead has registered the
-    command, otherwise a fresh app with the same error handling (``nuna.cli.run``)."""
-    if "generate" not in {c.name for c in nuna.cli.app.registered_commands}:
-        app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_is_help=True)
-
-        @app.callback()
-        def _root() -> None:
-            """test root"""
-
-        register(app)
-        monkeypatch.setattr(nuna.cli, "app", app)
+    """``run_cli``: the commands are registered on the root app."""
     return run_cli
 
 
