@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import math
+from enum import StrEnum
 from pathlib import Path
 
 import typer
 
 from nuna.cli.common import echo_json
+from nuna.errors import InputError
 from nuna.fsutil import write_atomic
 from nuna.topology import (
     DEFAULT_TOPOLOGY,
@@ -24,10 +27,13 @@ from nuna.topology.latency import Spread
 from nuna.topology.render import (
     FORMATS,
     MAX_RENDER_GPUS,
+    LinkOverlay,
     characterization_figure,
     figure_bytes,
+    link_overlay,
     topology_figure,
 )
+from nuna.topology.spec import TopologySpec
 
 topology_app = typer.Typer(
     name="topology",
@@ -103,6 +109,27 @@ def show(
         )
 
 
+class _Stat(StrEnum):
+    """``--overlay-stat`` values: ``OVERLAY_STATS`` of the renderer."""
+
+    MEAN = "mean"
+    MAX = "max"
+
+
+def _read_overlay(path: Path, spec: TopologySpec, stat: str) -> LinkOverlay:
+    """Parse a ``nuna simulate --json`` file (here: the topology layer does not read files of
+    the sim layer) and map its per-link table onto ``spec``'s chip."""
+    if not path.exists():
+        raise InputError(f"{path}: no such file")
+    if not path.is_file():
+        raise InputError(f"{path}: not a file")
+    try:
+        data = json.loads(path.read_bytes())
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        raise InputError(f"{path}: not JSON (expected the file of 'nuna simulate --json')") from None
+    return link_overlay(spec, data, stat=stat, source=str(path))
+
+
 @topology_app.command("render")
 def render(
     topology: str = typer.Argument(DEFAULT_TOPOLOGY, help=_TOPOLOGY_HELP),
@@ -111,16 +138,37 @@ def render(
         1, "--gpus", min=1, max=MAX_RENDER_GPUS, help="Draw a pod of N GPUs with its Clos."
     ),
     nar: int | None = typer.Option(None, "--nar", help="Colour the NAR domains of granularity G."),
+    overlay: Path | None = typer.Option(
+        None, "--overlay", help="Shade the chip's links by utilisation from a 'nuna simulate --json' file."
+    ),
+    overlay_stat: _Stat | None = typer.Option(
+        None, "--overlay-stat", help="With --overlay: mean (default) or max of each link over the GPUs."
+    ),
 ) -> None:
-    """Draw the chip (dies, mesh, CUs, I/O ports, HBM stacks), optionally the pod and NAR domains."""
+    """Draw the chip (dies, mesh, CUs, I/O ports, HBM stacks), optionally the pod, NAR domains,
+    or the link utilisation of a simulation."""
     fmt = _picture_format(output)
+    if overlay_stat is not None and overlay is None:
+        raise typer.BadParameter("needs --overlay", param_hint="'--overlay-stat'")
+    if overlay is not None and gpus > 1:
+        raise typer.BadParameter(
+            "an overlay shades one chip (aggregated over the result's GPUs): use --gpus 1",
+            param_hint="'--gpus'",
+        )
     spec = load_topology(topology)
     if nar is not None and nar not in nar_granularities(spec):
         valid = ", ".join(str(g) for g in nar_granularities(spec))
         raise typer.BadParameter(
             f"{nar} is not a NAR granularity of {spec.name} (valid: {valid})", param_hint="'--nar'"
         )
-    write_atomic(output, figure_bytes(topology_figure(spec, ngpus=gpus, nar=nar), fmt))
+    if overlay is None:
+        fig = topology_figure(spec, ngpus=gpus, nar=nar)
+    else:
+        shade = _read_overlay(overlay, spec, (overlay_stat or _Stat.MEAN).value)
+        fig = topology_figure(
+            spec, nar=nar, edge_values=shade.values, value_label=shade.label, note=shade.note
+        )
+    write_atomic(output, figure_bytes(fig, fmt))
     typer.echo(f"wrote {output}")
 
 

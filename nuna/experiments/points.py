@@ -14,7 +14,7 @@ Interfaces used:
   ``nuna.passes.apply_config(plan, config, ctx, nar_granularity, *, seed) -> Plan``
   (granularity ``None`` = the passes' heuristic, ``"auto"`` = simulated search, or ``G``)
 - ``nuna.sim.simulate(plan, topology, size_bytes, *, packet_bytes, seed[, gemm_bytes]) -> SimResult``
-  with ``SimResult.to_json() -> dict``
+  with ``SimResult.to_json(*, chip_links=False) -> dict``
 """
 
 from __future__ import annotations
@@ -79,7 +79,9 @@ def simulate_point(point: dict[str, Any]) -> dict[str, Any]:
         options["gemm_bytes"] = gemm_bytes
     result = simulate(plan, topology, size_bytes, **options)
 
-    payload: dict[str, Any] = dict(result.to_json())
+    # the per-link table (~0.5 MB on nuna-4die) would dominate a sweep's disk use; a point that
+    # needs an overlay is one `nuna simulate --json` away
+    payload: dict[str, Any] = dict(result.to_json(chip_links=False))
     timing = {key: payload.pop(key) for key in _WALL_CLOCK_KEYS if key in payload}
     if timing:
         payload[TIMING_KEY] = timing

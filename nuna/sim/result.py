@@ -51,6 +51,25 @@ class LatencyStats:
                 "histogram": {"bin_ns": self.bin_ns, "counts": list(self.histogram)}}
 
 
+@dataclass(frozen=True, slots=True)
+class ChipLink:
+    """One physical edge of a GPU's chip (mesh link, die crossing, CU, I/O-port or HBM
+    attachment), aggregated over the pod's GPUs. ``src`` and ``dst`` are the ``repr`` of GPU 0's
+    node keys (``"Router(gpu=0, x=3, y=1)"``), the names the topology layer gives its nodes;
+    utilisation is the edge's busy time over the run time, per GPU."""
+
+    src: str
+    dst: str
+    kind: str  # a class of ``nuna.sim.network.EDGE_CLASSES``
+    total_bytes: int  # summed over GPUs
+    utilization_mean: float  # over GPUs
+    utilization_max: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"src": self.src, "dst": self.dst, "kind": self.kind, "bytes": self.total_bytes,
+                "utilization_mean": self.utilization_mean, "utilization_max": self.utilization_max}
+
+
 @dataclass(frozen=True, eq=False)
 class SimResult:
     """Everything one replay measured. Times in ns, sizes in bytes, bandwidths in GB/s.
@@ -79,6 +98,7 @@ class SimResult:
     port_ingress_busy_ns: F64
     link_classes: dict[str, dict[str, float]]
     busiest_links: tuple[dict[str, Any], ...]
+    chip_links: tuple[ChipLink, ...] = field(repr=False)  # every physical chip edge, sorted
     noc_hops: dict[str, float]
     die_crossing_bytes: int
     remote_bytes: int
@@ -102,8 +122,10 @@ class SimResult:
     def busbw_gbps(self) -> float:
         return self.algbw_gbps * bus_factor(self.collective, self.ngpus)
 
-    def to_json(self) -> dict[str, Any]:
-        """JSON-ready dict (units in the key names); everything but ``wall_s`` is deterministic."""
+    def to_json(self, *, chip_links: bool = True) -> dict[str, Any]:
+        """JSON-ready dict (units in the key names); everything but ``wall_s`` is deterministic.
+        ``chip_links=False`` leaves out the per-link table, by far the largest part (about 2,600
+        rows on nuna-4die), for callers that store many results."""
         t = self.time_ns if self.time_ns > 0 else 1.0
         ports = [
             {"gpu": g, "port": k,
@@ -113,7 +135,7 @@ class SimResult:
              "ingress_utilization": float(self.port_ingress_busy_ns[g, k] / t)}
             for g in range(self.port_egress_bytes.shape[0]) for k in range(self.port_egress_bytes.shape[1])
         ]
-        return {
+        out: dict[str, Any] = {
             "plan": self.plan_name,
             "collective": self.collective.value,
             "ngpus": self.ngpus,
@@ -143,3 +165,6 @@ class SimResult:
             "events": self.events,
             "wall_s": self.wall_s,
         }
+        if chip_links:
+            out["chip_links"] = [link.to_json() for link in self.chip_links]
+        return out

@@ -4,18 +4,25 @@ per-link value overlay; and the Fig 4 characterization violins.
 
 Figures are built on ``matplotlib.figure.Figure`` directly and saved with fixed metadata and
 SVG hash salt, so the same inputs give the same bytes. Every element carries an SVG ``id``
-(``die-G-D``, ``ioport-G-K``, ``hbm-G-S``, ``switch-K``, ``cus-G``, ``mesh-G``, ``legend``) so
-that tools and tests can find them.
+(``die-G-D``, ``ioport-G-K``, ``hbm-G-S``, ``switch-K``, ``cus-G``, ``mesh-G``, ``legend``;
+under an overlay also ``cu-links-G`` and ``overlay-colorbar``) so that tools and tests can find
+them.
 
 ``edge_values`` (a mapping from ``(u, v)`` node pairs to numbers, e.g. link utilisation from a
-simulation result) shades mesh links and die crossings with a colour scale; a link drawn once
-takes the larger value of its two directions.
+simulation result) shades mesh links, die crossings and the CU, I/O-port and HBM attachments
+with a colour scale from 0 to the largest value drawn; a link drawn once takes the larger value
+of its two directions. :func:`link_overlay` turns the ``chip_links`` table of a
+``nuna simulate --json`` result (an already parsed dict: this layer does not import the
+simulator) into such a mapping.
 """
 
 from __future__ import annotations
 
 import io
+import math
+import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import cast
 
 import matplotlib as mpl
@@ -26,18 +33,23 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
-from nuna.errors import TopologyError
+from nuna.errors import InputError, TopologyError, UsageError
 from nuna.topology.address import nar_domain_cus, nar_domain_ports, nar_domain_stacks
+from nuna.topology.build import local_node
 from nuna.topology.geometry import MAX_GPUS, chip_geometry, port_positions, stack_positions
 from nuna.topology.latency import AtomicCharacterization
-from nuna.topology.nodes import Node, Router
+from nuna.topology.nodes import Cu, Hbm, IoPort, Node, Router, Switch
 from nuna.topology.spec import TopologySpec
+from nuna.units import format_size
 
 FORMATS = ("svg", "png", "pdf")
 MAX_RENDER_GPUS = 16
+#: Statistics over GPUs a ``chip_links`` row carries (``utilization_<stat>``).
+OVERLAY_STATS = ("mean", "max")
 
 _DIE = "#f6e7a8"  # compute dies: yellow, as the paper's Figs 3 and 8
 _DIE_EDGE = "#b59a2c"
+_DIE_UNDER_OVERLAY = "#ececec"  # neutral, so that the colour map's pale end stays visible
 _PORT = "#3a9d4a"  # I/O ports: green
 _HBM = "#8e5fb5"  # HBM stacks: purple
 _ROUTER = "#555555"
@@ -45,6 +57,7 @@ _CU = "#1f5fa8"
 _LINK = "#9a9a9a"
 _CROSS = "#d0542c"
 _SWITCH = "#404a5a"
+_CMAP = "inferno_r"
 _UNIT_IN = 0.42  # inches per router pitch
 
 
@@ -55,6 +68,26 @@ def _count(n: int, noun: str) -> str:
 def _domain_colours(count: int) -> list[tuple[float, float, float, float]]:
     cmap = mpl.colormaps["tab20" if count > 10 else "tab10"]
     return [cmap(i % cmap.N) for i in range(count)]
+
+
+def _cus_drawn(cus_per_router: int) -> bool:
+    """CUs are drawn one by one (else one marker per router stands for them)."""
+    return cus_per_router <= 64
+
+
+def _overlay_norm(
+    spec: TopologySpec, edge_values: Mapping[tuple[Node, Node], float] | None
+) -> mpl.colors.Normalize | None:
+    """Colour scale of an overlay, from 0 to the largest value drawn: switch cables never are,
+    CU links only when CUs are; ``None`` without anything to shade."""
+    cus = _cus_drawn(spec.chip.cus_per_router)
+    shown = [v for (a, b), v in (edge_values or {}).items()
+             if not isinstance(a, Switch) and not isinstance(b, Switch)
+             and (cus or not (isinstance(a, Cu) or isinstance(b, Cu)))]
+    if not shown:
+        return None
+    values = np.array(shown, dtype=float)
+    return mpl.colors.Normalize(vmin=float(min(0.0, values.min())), vmax=float(values.max()) or 1.0)
 
 
 class _ChipPainter:
@@ -88,12 +121,21 @@ class _ChipPainter:
             for d, cus in enumerate(nar_domain_cus(spec, nar)):
                 for c in cus:
                     self.cu_colour[c] = colours[d]
-        self.norm: mpl.colors.Normalize | None = None
-        if edge_values:
-            values = np.array(list(edge_values.values()), dtype=float)
-            self.norm = mpl.colors.Normalize(
-                vmin=float(min(0.0, values.min())), vmax=float(values.max()) or 1.0
-            )
+        self.norm = _overlay_norm(spec, edge_values)
+
+    @property
+    def cus_drawn(self) -> bool:
+        return _cus_drawn(self.chip.cus_per_router)
+
+    def link_value(self, a: Node, b: Node) -> float:
+        values = self.edge_values or {}
+        return max(values.get((a, b), 0.0), values.get((b, a), 0.0))
+
+    def attach_style(self, a: Node, b: Node, colour: str) -> tuple[str | tuple[float, ...], float]:
+        """Colour and width of an attachment (router to port or stack): shaded under an overlay."""
+        if self.norm is None:
+            return colour, 1.0
+        return tuple(mpl.colormaps[_CMAP](self.norm(self.link_value(a, b)))), 2.0
 
     def port_xy(self, gpu_origin: tuple[float, float], port: int) -> tuple[float, float]:
         x, y = port_positions(self.chip)[port]
@@ -109,7 +151,7 @@ class _ChipPainter:
                     (ox + dx * chip.die_cols - 0.45, oy + dy * chip.die_rows - 0.45),
                     chip.die_cols - 0.1,
                     chip.die_rows - 0.1,
-                    facecolor=_DIE,
+                    facecolor=_DIE if self.norm is None else _DIE_UNDER_OVERLAY,
                     edgecolor=_DIE_EDGE,
                     linewidth=1.2,
                     zorder=1,
@@ -123,7 +165,8 @@ class _ChipPainter:
         self.draw_cus(gpu, xy)
         for k, (x, y) in enumerate(port_positions(chip)):
             px, py = self.port_xy(origin, k)
-            ax.plot([ox + x, px + 0.5], [oy + y, py + 0.4], color=_PORT, linewidth=1.0, zorder=2)
+            colour, width = self.attach_style(Router(gpu, x, y), IoPort(gpu, k), _PORT)
+            ax.plot([ox + x, px + 0.5], [oy + y, py + 0.4], color=colour, linewidth=width, zorder=2)
             port = Rectangle(
                 (px, py), 1.0, 0.8, facecolor=self.port_colour[k], edgecolor="black", linewidth=0.6, zorder=4
             )
@@ -135,7 +178,9 @@ class _ChipPainter:
         for s, (x, y) in enumerate(stack_positions(chip)):
             top = s < chip.stacks_top
             sy = oy + (chip.rows - 0.35 if top else -1.25)
-            ax.plot([ox + x, ox + x], [oy + y, sy + (0 if top else 0.6)], color=_HBM, linewidth=1.0, zorder=2)
+            colour, width = self.attach_style(Router(gpu, x, y), Hbm(gpu, s), _HBM)
+            ax.plot([ox + x, ox + x], [oy + y, sy + (0 if top else 0.6)], color=colour, linewidth=width,
+                    zorder=2)
             stack = Rectangle(
                 (ox + x - 0.8, sy),
                 1.6,
@@ -183,12 +228,12 @@ class _ChipPainter:
         for crossing, segs in segments.items():
             if not segs:
                 continue
-            lines = LineCollection(
-                segs, linewidths=2.2 if crossing else 1.2, zorder=2, colors=_CROSS if crossing else _LINK
-            )
-            if self.norm is not None:
+            lines = LineCollection(segs, linewidths=2.2 if crossing else 1.2, zorder=2)
+            if self.norm is None:
+                lines.set_color(_CROSS if crossing else _LINK)
+            else:  # a fixed colour would win over the colour map
                 lines.set_array(np.array(shades[crossing]))
-                lines.set_cmap("inferno_r")
+                lines.set_cmap(_CMAP)
                 lines.set_norm(self.norm)
             lines.set_gid(f"{'die-crossings' if crossing else 'mesh'}-{gpu}")
             self.ax.add_collection(lines)
@@ -196,7 +241,7 @@ class _ChipPainter:
     def draw_cus(self, gpu: int, router_xy: np.ndarray) -> None:
         chip, geo = self.chip, self.geo
         per = chip.cus_per_router
-        if per > 64:  # too many to draw one by one: one marker per router stands for its CUs
+        if not self.cus_drawn:  # too many to draw one by one: one marker per router stands for its CUs
             offsets = np.zeros((1, 2))
         else:
             angle = 2 * np.pi * np.arange(per) / per + np.pi / 2
@@ -204,6 +249,16 @@ class _ChipPainter:
         local = np.arange(chip.cus) % per
         shown = local < offsets.shape[0]
         pts = router_xy[geo.cu_router[shown]] + offsets[local[shown]]
+        if self.norm is not None and self.cus_drawn:
+            base = router_xy[geo.cu_router]
+            xy = geo.router_xy[geo.cu_router]
+            links = LineCollection(list(np.stack([base, pts], axis=1)), linewidths=1.4, zorder=2.5)
+            links.set_array(np.array([self.link_value(Cu(gpu, c), Router(gpu, int(x), int(y)))
+                                      for c, (x, y) in enumerate(xy.tolist())]))
+            links.set_cmap(_CMAP)
+            links.set_norm(self.norm)
+            links.set_gid(f"cu-links-{gpu}")
+            self.ax.add_collection(links)
         colours = [c for c, keep in zip(self.cu_colour, shown, strict=True) if keep]
         cus = self.ax.scatter(pts[:, 0], pts[:, 1], s=5, color=colours, zorder=3, linewidths=0)
         cus.set_gid(f"cus-{gpu}")
@@ -215,9 +270,13 @@ def topology_figure(
     ngpus: int = 1,
     nar: int | None = None,
     edge_values: Mapping[tuple[Node, Node], float] | None = None,
+    value_label: str = "link value",
+    note: str | None = None,
 ) -> Figure:
     """The floorplan of ``spec`` (``ngpus`` > 1 adds the pod: GPUs stacked, switch planes of
-    left-edge ports on the left and of right-edge ports on the right)."""
+    left-edge ports on the left and of right-edge ports on the right). ``value_label`` names
+    the colour bar of ``edge_values``; ``note`` is appended to the title (e.g. what the overlay
+    comes from)."""
     if not 1 <= ngpus <= min(MAX_RENDER_GPUS, MAX_GPUS):
         raise TopologyError(f"can render 1 to {MAX_RENDER_GPUS} GPUs, got {ngpus}")
     chip = spec.chip
@@ -231,12 +290,12 @@ def topology_figure(
     # so that no blank letterbox appears around the chip.
     axes_w_in = (xlim[1] - xlim[0]) * _UNIT_IN
     axes_h_in = (ylim[1] - ylim[0]) * _UNIT_IN
-    top_in, bottom_in = 0.45, 0.55
+    top_in, bottom_in = (0.6 if note else 0.45), 0.55
+    bar_in = 0.0 if _overlay_norm(spec, edge_values) is None else 0.9  # a band for the colour bar
+    fig_w_in = axes_w_in + 0.2 + bar_in
     fig_h_in = axes_h_in + top_in + bottom_in
-    fig = Figure(figsize=(axes_w_in + 0.2, fig_h_in))
-    ax = fig.add_axes(
-        (0.1 / (axes_w_in + 0.2), bottom_in / fig_h_in, axes_w_in / (axes_w_in + 0.2), axes_h_in / fig_h_in)
-    )
+    fig = Figure(figsize=(fig_w_in, fig_h_in))
+    ax = fig.add_axes((0.1 / fig_w_in, bottom_in / fig_h_in, axes_w_in / fig_w_in, axes_h_in / fig_h_in))
     painter = _ChipPainter(ax, spec, nar, edge_values)
     origins = [(0.0, (ngpus - 1 - g) * pitch_y) for g in range(ngpus)]
     for g, origin in enumerate(origins):
@@ -255,12 +314,16 @@ def topology_figure(
         title += f"; {ngpus} GPUs on {_count(chip.io_ports, 'switch plane')}"
     if nar is not None:
         title += f"; NAR granularity {nar}"
+    if note:
+        title += f"\n{note}"
     fig.suptitle(title, fontsize=9, y=1.0 - 0.08 / fig_h_in, va="top")
+    shaded = mpl.colormaps[_CMAP](0.6)  # links take the colour bar's colours under an overlay
     handles: list[object] = [
-        Patch(facecolor=_DIE, edgecolor=_DIE_EDGE, label="compute die"),
+        Patch(facecolor=_DIE if painter.norm is None else _DIE_UNDER_OVERLAY, edgecolor=_DIE_EDGE,
+              label="compute die"),
         Line2D([], [], marker="s", color=_ROUTER, linestyle="none", markersize=5, label="mesh router"),
-        Line2D([], [], color=_LINK, label="mesh link"),
-        Line2D([], [], color=_CROSS, linewidth=2.2, label="die crossing"),
+        Line2D([], [], color=_LINK if painter.norm is None else shaded, label="mesh link"),
+        Line2D([], [], color=_CROSS if painter.norm is None else shaded, linewidth=2.2, label="die crossing"),
         Line2D(
             [],
             [],
@@ -288,12 +351,110 @@ def topology_figure(
     )
     legend.set_gid("legend")
     if painter.norm is not None:
-        mappable = mpl.cm.ScalarMappable(norm=painter.norm, cmap="inferno_r")
-        cax = fig.add_axes((0.965, 0.2, 0.01, 0.6))
+        mappable = mpl.cm.ScalarMappable(norm=painter.norm, cmap=_CMAP)
+        bar_h_in = min(axes_h_in, 3.0)
+        bar_y_in = bottom_in + (axes_h_in - bar_h_in) / 2
+        cax = fig.add_axes(
+            ((axes_w_in + 0.25) / fig_w_in, bar_y_in / fig_h_in, 0.12 / fig_w_in, bar_h_in / fig_h_in)
+        )
         bar = fig.colorbar(mappable, cax=cax)
-        bar.set_label("link value", fontsize=7)
+        bar.set_label(value_label, fontsize=7)
         cax.set_gid("overlay-colorbar")
     return fig
+
+
+_NODE_TYPES: dict[str, type] = {t.__name__: t for t in (Router, Cu, IoPort, Hbm, Switch)}
+_NODE_RE = re.compile(r"^(\w+)\((.*)\)$")
+_FIELD_RE = re.compile(r"^(\w+)=(-?\d+)$")
+
+
+def parse_node(text: str) -> Node:
+    """The node key named ``text``, the ``repr`` of a key (``"Router(gpu=0, x=3, y=1)"``):
+    exactly the key's fields, in order. Raises ``InputError`` for anything else."""
+    m = _NODE_RE.match(text.strip())
+    cls = _NODE_TYPES.get(m.group(1)) if m else None
+    if m is None or cls is None:
+        raise InputError(f"{text!r} is not a node name (e.g. 'Router(gpu=0, x=3, y=1)')")
+    fields = [_FIELD_RE.match(part.strip()) for part in m.group(2).split(",")]
+    names = tuple(f.group(1) if f else "" for f in fields)
+    if names != cls._fields:  # type: ignore[attr-defined]
+        raise InputError(f"{text!r} is not a node name: {cls.__name__} takes "
+                         f"{', '.join(cls._fields)}")  # type: ignore[attr-defined]
+    node: Node = cls(*(int(f.group(2)) for f in fields if f))
+    return node
+
+
+@dataclass(frozen=True, slots=True)
+class LinkOverlay:
+    """Per-link values to shade, what they are (``label``, for the colour bar) and where they
+    come from (``note``, for the title)."""
+
+    values: Mapping[tuple[Node, Node], float]
+    label: str
+    note: str
+
+
+def _real(value: object) -> bool:
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer too large for a float
+        return False
+
+
+def link_overlay(spec: TopologySpec, result: object, *, stat: str = "mean",
+                 source: str = "result") -> LinkOverlay:
+    """Link utilisation of an already parsed ``nuna simulate --json`` result, for rendering on
+    ``spec``'s chip: ``utilization_<stat>`` (``mean`` or ``max`` over the GPUs) of every row of
+    its ``chip_links`` table, keyed by the nodes of GPU 0. ``source`` prefixes error messages.
+
+    Raises ``InputError`` for something that is not such a result (or is malformed),
+    ``TopologyError`` for a result of another topology or naming a link ``spec`` lacks."""
+    if stat not in OVERLAY_STATS:
+        raise UsageError(f"unknown overlay statistic {stat!r} (use {', '.join(OVERLAY_STATS)})")
+    if not isinstance(result, dict) or not {"plan", "topology", "ngpus", "time_ns", "links"} <= result.keys():
+        raise InputError(f"{source}: not a result of 'nuna simulate --json'")
+    if result["topology"] != spec.name:
+        raise TopologyError(f"{source}: a result on topology {result['topology']!r}, not {spec.name!r} "
+                            "(render that topology)")
+    rows = result.get("chip_links")
+    if rows is None:
+        raise InputError(f"{source}: no per-link table ('chip_links'); write the result again with "
+                         "this version's 'nuna simulate --json'")
+    if not isinstance(rows, list):
+        raise InputError(f"{source}: 'chip_links' is not a list")
+    geo = chip_geometry(spec.chip)
+    edges = {(local_node(geo, 0, int(a)), local_node(geo, 0, int(b)))
+             for a, b in zip(geo.edge_src.tolist(), geo.edge_dst.tolist(), strict=True)}
+    key = f"utilization_{stat}"
+    values: dict[tuple[Node, Node], float] = {}
+    for i, row in enumerate(rows):
+        if not (isinstance(row, dict) and isinstance(row.get("src"), str) and isinstance(row.get("dst"), str)
+                and _real(row.get(key))):
+            raise InputError(f"{source}: chip_links[{i}] is not a link row (src, dst, {key})")
+        try:
+            link = (parse_node(row["src"]), parse_node(row["dst"]))
+        except InputError as err:
+            raise InputError(f"{source}: chip_links[{i}]: {err}") from None
+        name = f"{link[0]!r} -> {link[1]!r}"
+        if link not in edges:
+            raise TopologyError(f"{source}: link {name} does not exist on {spec.name} (GPU 0's chip)")
+        if link in values:
+            raise InputError(f"{source}: link {name} is listed twice")
+        value = float(row[key])
+        if not 0.0 <= value <= 1.0 + 1e-9:
+            raise InputError(f"{source}: link {name} has utilisation {value}, outside [0, 1]")
+        values[link] = min(value, 1.0)
+    ngpus = result["ngpus"]
+    over = f"{stat} over {_count(ngpus, 'GPU')}" if isinstance(ngpus, int) else f"{stat} over GPUs"
+    size = result.get("size_bytes")
+    note = f"overlay: {result['plan']}"
+    if isinstance(size, int) and not isinstance(size, bool) and size > 0:
+        note += f", {format_size(size)}"
+    if result.get("config"):
+        note += f", {result['config']}"
+    return LinkOverlay(values, f"link utilisation, {over}", note)
 
 
 def _draw_switches(

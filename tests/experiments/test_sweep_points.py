@@ -37,7 +37,8 @@ class _Result:
     def __init__(self, payload: dict[str, Any]) -> None:
         self._payload = payload
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, *, chip_links: bool = True) -> dict[str, Any]:
+        assert not chip_links  # sweeps leave the per-link table out
         return dict(self._payload)
 
 
