@@ -12,9 +12,13 @@ Three pure stages, so each can be tested on its own:
    :func:`save_figure` writes PNG and SVG with fixed metadata and hash salt, so the same numbers
    give the same bytes.
 
-Speedups are ``time(UA) / time(config)`` for the point that differs from the configuration's
-only in its configuration (and NAR granularity); a figure whose UA point is missing leaves that
-bar out rather than inventing a baseline.
+The paper evaluates every point "with the best-performing number of threadblocks" (§5.1), so
+when a figure's records hold several ``tbs_per_peer`` values for one configuration,
+:func:`best_tbs_per_peer` keeps the fastest (UA's too) and the rows record the winner and every
+measured time; Fig 13 is the exception, its threadblock counts are its series. Speedups are
+``time(UA) / time(config)`` for the point that differs from the configuration's only in its
+configuration, NAR granularity and (where reduced) threadblock count; a figure whose UA point is
+missing leaves that bar out rather than inventing a baseline.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from nuna.errors import InputError, UsageError
-from nuna.experiments.spec import SweepSpec
+from nuna.experiments.spec import SweepSpec, canonical_json
 from nuna.experiments.sweep import ProgressCallback, SweepSummary, load_results, load_sweep_spec, run_sweep
 from nuna.fsutil import write_atomic
 from nuna.units import format_size
@@ -44,6 +48,8 @@ FIGURES: tuple[str, ...] = ("fig9", "fig10", "fig11", "fig12", "fig13", "fig14")
 DEFAULT_SPEC_DIR = Path(__file__).resolve().parents[2] / "scripts" / "sweeps"
 
 _BASELINE = "UA"
+#: The figure whose ``tbs_per_peer`` values are its series ("many" vs "few"), never reduced.
+_TBS_SERIES_FIGURE = "fig13"
 QUICK_GPUS = 2
 QUICK_SIZE_BYTES = 100_000
 # one colour per configuration, the same in every figure
@@ -85,12 +91,14 @@ def figure_spec_path(name: str, spec_dir: str | Path | None = None) -> Path:
 def quick_spec(name: str, spec: SweepSpec) -> SweepSpec:
     """A reduced grid of ``spec`` for tests and CI (seconds): a 2-GPU pod and the 100 kB size
     (100 kB and 1 MB for fig12, whose subject is size; the two smallest GEMMs for fig14);
+    only the first ``tbs_per_peer`` value (all of them for fig13, where they are the series);
     every other dimension is kept, so the figure keeps all its series. Its numbers are a smoke
     test, not the figure's."""
     _check_name(name)
     sizes = (QUICK_SIZE_BYTES, 10 * QUICK_SIZE_BYTES) if name == "fig12" else (QUICK_SIZE_BYTES,)
+    tbs = spec.tbs_per_peer if name == _TBS_SERIES_FIGURE else spec.tbs_per_peer[:1]
     return dataclasses.replace(spec, name=f"{spec.name}-quick", gpus=(QUICK_GPUS,), sizes_bytes=sizes,
-                               gemm_bytes=tuple(sorted(spec.gemm_bytes)[:2]))
+                               tbs_per_peer=tbs, gemm_bytes=tuple(sorted(spec.gemm_bytes)[:2]))
 
 
 def run_figure(name: str, out_dir: str | Path, *, spec_dir: str | Path | None = None, quick: bool = False,
@@ -119,10 +127,11 @@ def run_figure(name: str, out_dir: str | Path, *, spec_dir: str | Path | None = 
 # results -> numbers
 
 
-def _key(point: Mapping[str, Any]) -> tuple[Any, ...]:
-    """Everything but the configuration and granularity: the point's UA twin has the same key."""
-    return (point["topology"], point["collective"], point["gpus"], point["size_bytes"],
-            point["tbs_per_peer"], point.get("gemm_bytes", 0), point["algo"], point["packet_bytes"])
+def _twin_key(point: Mapping[str, Any], ignore: Sequence[str]) -> str:
+    """The point without the fields in ``ignore``, in canonical form: points that differ only
+    in those fields get the same key, any other difference (even in a field added later) keeps
+    them apart."""
+    return canonical_json({k: v for k, v in point.items() if k not in ignore})
 
 
 def _time_ns(record: Mapping[str, Any]) -> float:
@@ -130,32 +139,99 @@ def _time_ns(record: Mapping[str, Any]) -> float:
     return float(result.get("collective_time_ns", result["time_ns"]))
 
 
-def _rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """One row per point: inputs, time, and speedup over its UA twin (``None`` without one)."""
-    base = {_key(r["point"]): _time_ns(r) for r in records if r["point"]["config"] == _BASELINE}
+@dataclass(frozen=True, slots=True)
+class TbsChoice:
+    """One configuration's best threadblock count: the fastest of the records that differ only
+    in ``tbs_per_peer`` and the time each measured count gave, by ascending count."""
+
+    record: Mapping[str, Any]
+    times_ns: tuple[tuple[int, float], ...]
+
+    @property
+    def tbs_per_peer(self) -> int:
+        return int(self.record["point"]["tbs_per_peer"])
+
+    @property
+    def time_ns(self) -> float:
+        return _time_ns(self.record)
+
+    def times_json(self) -> list[dict[str, Any]]:
+        return [{"tbs_per_peer": k, "time_ns": t} for k, t in self.times_ns]
+
+
+def best_tbs_per_peer(records: Sequence[Mapping[str, Any]]) -> list[TbsChoice]:
+    """Reduce records that differ only in ``tbs_per_peer`` to the best-performing one.
+
+    The paper evaluates each collective "with the best-performing number of threadblocks"
+    (nuna-paper.md §5.1), so a configuration is represented by its lowest time over the
+    threadblock counts measured; this applies to every configuration, UA included, so that a
+    speedup compares tuned implementations. Records are grouped by every point field but
+    ``tbs_per_peer`` (collective, pod, size, configuration, NAR granularity, GEMM, topology,
+    ...); in a group the lowest time wins (the collective's own time beside a GEMM), a tie
+    goes to the fewer threadblocks. The winner does not depend on the records' order; groups
+    keep the order of their first record (``load_results`` gives expansion order). A group
+    with one record is that record.
+
+    Raises ``InputError`` when two records are the same point (their order would decide).
+    """
+    groups: dict[str, dict[int, Mapping[str, Any]]] = {}
+    for record in records:
+        point = record["point"]
+        tbs = int(point["tbs_per_peer"])
+        group = groups.setdefault(_twin_key(point, ("tbs_per_peer",)), {})
+        if tbs in group:
+            raise InputError(f"figure data: two results for the same point {canonical_json(dict(point))}")
+        group[tbs] = record
+    choices = []
+    for group in groups.values():
+        times = tuple(sorted((tbs, _time_ns(r)) for tbs, r in group.items()))
+        best = min(times, key=lambda kt: (kt[1], kt[0]))[0]
+        choices.append(TbsChoice(group[best], times))
+    return choices
+
+
+def _rows(records: Sequence[Mapping[str, Any]], *, best_tbs: bool) -> list[tuple[dict[str, Any], TbsChoice]]:
+    """One row per configuration (per point without ``best_tbs``): inputs, time, and speedup
+    over its UA twin (``None`` without one), each with the record it was computed from."""
+    if best_tbs:
+        choices = best_tbs_per_peer(records)
+        ignore: tuple[str, ...] = ("config", "nar_granularity", "tbs_per_peer")
+    else:
+        choices = [TbsChoice(r, ((int(r["point"]["tbs_per_peer"]), _time_ns(r)),)) for r in records]
+        ignore = ("config", "nar_granularity")
+    base = {_twin_key(c.record["point"], ignore): c for c in choices
+            if c.record["point"]["config"] == _BASELINE}
     rows = []
-    for r in records:
-        p = r["point"]
-        t = _time_ns(r)
-        ua = base.get(_key(p))
-        rows.append({
+    for c in choices:
+        p = c.record["point"]
+        t = c.time_ns
+        ua = base.get(_twin_key(p, ignore))
+        row: dict[str, Any] = {
             "collective": p["collective"], "gpus": p["gpus"], "size_bytes": p["size_bytes"],
             "config": p["config"], "nar_granularity": p["nar_granularity"],
-            "nar_granularity_used": r["result"].get("nar_granularity_used"),
+            "nar_granularity_used": c.record["result"].get("nar_granularity_used"),
             "tbs_per_peer": p["tbs_per_peer"], "gemm_bytes": p.get("gemm_bytes", 0),
-            "time_ns": t, "speedup": (ua / t) if ua is not None and t > 0 else None,
-        })
+            "time_ns": t, "speedup": (ua.time_ns / t) if ua is not None and t > 0 else None,
+        }
+        if best_tbs:
+            row["tbs_per_peer_best"] = c.tbs_per_peer
+            row["tbs_per_peer_times_ns"] = c.times_json()
+            row["baseline_tbs_per_peer"] = ua.tbs_per_peer if ua is not None else None
+        rows.append((row, c))
     return rows
 
 
 def _fig10(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     panels = []
-    for r in records:
+    for c in best_tbs_per_peer(records):
+        r = c.record
         lat = r["result"]["remote_store_latency_ns"]
         panels.append({"config": r["point"]["config"], "gpus": r["point"]["gpus"],
                        "size_bytes": r["point"]["size_bytes"], "mean_ns": lat["mean"], "max_ns": lat["max"],
                        "p50_ns": lat["p50"], "p99_ns": lat["p99"], "count": lat["count"],
-                       "bin_ns": lat["histogram"]["bin_ns"], "counts": list(lat["histogram"]["counts"])})
+                       "bin_ns": lat["histogram"]["bin_ns"], "counts": list(lat["histogram"]["counts"]),
+                       "time_ns": c.time_ns, "tbs_per_peer_best": c.tbs_per_peer,
+                       "tbs_per_peer_times_ns": c.times_json()})
     return {"panels": panels}
 
 
@@ -173,13 +249,13 @@ def figure_data(name: str, records: Sequence[Mapping[str, Any]]) -> dict[str, An
     if name == "fig10":
         data.update(_fig10(records))
         return data
-    rows = _rows(records)
+    pairs = _rows(records, best_tbs=name != _TBS_SERIES_FIGURE)
+    rows = [row for row, _ in pairs]
     if name == "fig12":
-        util = {(*_key(r["point"]), r["point"]["config"]): _utilisation(r["result"]) for r in records}
-        for row, r in zip(rows, records, strict=True):
-            row["utilisation"] = util[(*_key(r["point"]), r["point"]["config"])]
+        for row, choice in pairs:
+            row["utilisation"] = _utilisation(choice.record["result"])
     if name == "fig14":
-        alone = {(r["point"]["config"]): _time_ns(r) for r in records if not r["point"].get("gemm_bytes", 0)}
+        alone = {row["config"]: row["time_ns"] for row in rows if not row["gemm_bytes"]}
         ua_alone = alone.get(_BASELINE)
         for row in rows:
             row["relative_time"] = row["time_ns"] / ua_alone if ua_alone else None
@@ -221,6 +297,14 @@ def _configs(rows: Sequence[Mapping[str, Any]], exclude_baseline: bool = True) -
     return sorted(found, key=lambda c: order.index(c) if c in order else len(order))
 
 
+def _best_of_note(rows: Sequence[Mapping[str, Any]]) -> str:
+    """A second title line naming the threadblock counts searched, when there was more than one."""
+    counts = sorted({m["tbs_per_peer"] for r in rows for m in r.get("tbs_per_peer_times_ns", ())})
+    if len(counts) < 2:
+        return ""
+    return f"\neach configuration at its fastest of {', '.join(map(str, counts))} threadblocks per peer"
+
+
 def _render_fig9(fig: Figure, data: Mapping[str, Any]) -> None:
     rows = data["rows"]
     colls = _ordered(r["collective"] for r in rows)
@@ -238,7 +322,7 @@ def _render_fig9(fig: Figure, data: Mapping[str, Any]) -> None:
             if j == 0:
                 ax.set_ylabel("speedup over UA")
     axes[0][0].legend(fontsize=6, loc="upper right")
-    fig.suptitle("Fig 9: speedup over UA across pod and collective sizes")
+    fig.suptitle("Fig 9: speedup over UA across pod and collective sizes" + _best_of_note(rows))
 
 
 def _render_fig10(fig: Figure, data: Mapping[str, Any]) -> None:
@@ -258,7 +342,12 @@ def _render_fig10(fig: Figure, data: Mapping[str, Any]) -> None:
                    label=f"mean {panel['mean_ns']:.0f} ns")
         ax.axvline(panel["max_ns"], color="black", linestyle=":", linewidth=1,
                    label=f"max {panel['max_ns']:.0f} ns")
-        ax.set_title(f"({letter}) {panel['config']}", fontsize=9)
+        title = f"({letter}) {panel['config']}"
+        measured = [m["tbs_per_peer"] for m in panel.get("tbs_per_peer_times_ns", ())]
+        if len(measured) > 1:
+            title += (f", {panel['tbs_per_peer_best']} threadblocks per peer"
+                      f" (fastest of {', '.join(map(str, measured))})")
+        ax.set_title(title, fontsize=9)
         ax.set_xlabel("remote store latency (ns)")
         ax.set_ylabel("fraction of stores")
         ax.legend(fontsize=7)
@@ -276,7 +365,7 @@ def _render_fig11(fig: Figure, data: Mapping[str, Any]) -> None:
     ax.set_ylabel("speedup over UA")
     ax.set_xlabel("allgather size")
     ax.legend(fontsize=7, ncol=4)
-    fig.suptitle("Fig 11: isolation of techniques")
+    fig.suptitle("Fig 11: isolation of techniques" + _best_of_note(rows))
 
 
 def _render_fig12(fig: Figure, data: Mapping[str, Any]) -> None:
@@ -299,7 +388,7 @@ def _render_fig12(fig: Figure, data: Mapping[str, Any]) -> None:
     handles = ax.get_legend_handles_labels()
     thandles = twin.get_legend_handles_labels()
     ax.legend(handles[0] + thandles[0], handles[1] + thandles[1], fontsize=7, loc="upper center")
-    fig.suptitle("Fig 12: NAP+NAR vs size, 2-GPU allgather")
+    fig.suptitle("Fig 12: NAP+NAR vs size, 2-GPU allgather" + _best_of_note(data["rows"]))
 
 
 def _render_fig13(fig: Figure, data: Mapping[str, Any]) -> None:
@@ -340,7 +429,7 @@ def _render_fig14(fig: Figure, data: Mapping[str, Any]) -> None:
     ax.set_xlabel("GEMM matrix size (100 tiles per GPU)")
     ax.set_ylabel("allgather time relative to UA alone")
     ax.legend(fontsize=7)
-    fig.suptitle("Fig 14: allgather beside a concurrent GEMM")
+    fig.suptitle("Fig 14: allgather beside a concurrent GEMM" + _best_of_note(rows))
 
 
 _RENDERERS: dict[str, tuple[Callable[[Figure, Mapping[str, Any]], None], tuple[float, float]]] = {
