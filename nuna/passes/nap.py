@@ -5,11 +5,13 @@ Algorithm 1 in two phases, named as in the paper:
 1. :func:`~nuna.passes.logical.logical_allocation` groups threadblocks with the chunks they
    access (:func:`~nuna.passes.access.decompose` gives ``W``) and sorts the groups by size.
 2. :func:`physical_placement` deals the groups round-robin over the ``nar_max`` NAR domains
-   and, per threadblock, takes the first CU in order of distance to the domain's I/O ports whose
-   remaining budget fits; per chunk, the nearest HBM stack of the domain whose remaining budget
-   fits. Remote chunks (the ones a send stores into a peer) are placed on the peer near the
-   *same port ordinals*: the Clos is rail-optimised, so a store leaving through port ``k``
-   arrives on port ``k`` of the peer, and both ends of the transfer are near.
+   and, per threadblock, takes the first CU in order of closeness to the domain's I/O ports
+   whose remaining budget fits (:func:`domain_cu_classes`; among equally close CUs the least
+   loaded, spread over routers: :class:`FirstFit`); per chunk, the nearest HBM stack of the
+   domain whose remaining budget fits. Remote chunks (the ones a send stores into a peer) are
+   placed on the peer near the *same port ordinals*: the Clos is rail-optimised, so a store
+   leaving through port ``k`` arrives on port ``k`` of the peer, and both ends of the transfer
+   are near.
 
 Round-robin start. Algorithm 1 increments ``nar`` before placing a group (line 12), so its
 first group would go to domain 1; the Fig 7 caption has threadblock ``w`` (first group) in
@@ -47,6 +49,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numpy as np
+import numpy.typing as npt
+
 from nuna.errors import PassError
 from nuna.passes.access import ChunkKey, TbAccess, decompose
 from nuna.passes.base import PassContext, replace_placement
@@ -58,10 +63,10 @@ from nuna.topology.address import (
     nar_domain_ports,
     nar_domain_stacks,
     nar_granularities,
-    nearest_cus,
     nearest_stacks,
     stacks_by_distance,
 )
+from nuna.topology.geometry import chip_geometry
 from nuna.topology.spec import TopologySpec
 
 
@@ -126,35 +131,62 @@ class NapPlacement:
     overflows: tuple[Overflow, ...]
 
 
+#: Candidates of a placement choice: classes of equally near resources, nearest class first,
+#: each in its spread order (see :class:`FirstFit`).
+Classes = tuple[tuple[int, ...], ...]
+
+
+def singletons(order: tuple[int, ...]) -> Classes:
+    """A strict order (no ties) as candidate classes."""
+    return tuple((r,) for r in order)
+
+
 class FirstFit:
-    """Per-GPU loads of one resource kind, with first-fit over an ordered candidate list."""
+    """Per-GPU loads of one resource kind, with first-fit over classes of equally near candidates.
+
+    Algorithm 1 takes "the first CU whose incremental load fits", in the order physically
+    closer to the I/O ports; the paper does not order CUs that are *equally* close. Within a
+    class of equally near candidates we take the least-loaded one that fits (ties: the class's
+    spread order), which is the dispatcher's own rule for the CUs an affinity mask leaves
+    open: it "launches threadblocks to a subset of preferred CU(s)" (§4.2.3) and "prioritizes
+    free CUs for load balancing" (§5.3). A class of one candidate is plain first-fit.
+    """
 
     def __init__(self, budget: int) -> None:
         self.budget = budget
         self.load: dict[tuple[int, int], int] = {}
-        # first candidate index that may still have room, per (gpu, candidate list name); loads
-        # only grow, so a completely full candidate stays full and later scans can skip it
+        # first class that may still have room, per (gpu, candidate list name); loads only
+        # grow, so a class whose every member is full stays full and later scans can skip it
         self._start: dict[tuple[int, int], int] = {}
 
-    def take(self, gpu: int, order: tuple[int, ...], demand: int, order_key: int) -> tuple[int, bool, int]:
-        """Choose a resource for ``demand`` among ``order`` (named ``order_key``: the same key
-        must always come with the same order) and charge it; returns the resource, whether it
+    def take(self, gpu: int, classes: Classes, demand: int, order_key: int) -> tuple[int, bool, int]:
+        """Choose a resource for ``demand`` among ``classes`` (named ``order_key``: the same key
+        must always come with the same classes) and charge it; returns the resource, whether it
         fitted and, when it did not, the least load among the candidates before the charge."""
         load = self.load
+        budget = self.budget
         key = (gpu, order_key)
         start = self._start.get(key, 0)
-        while start < len(order) and load.get((gpu, order[start]), 0) >= self.budget:
+        while start < len(classes) and all(load.get((gpu, r), 0) >= budget for r in classes[start]):
             start += 1
         self._start[key] = start
-        for r in order[start:]:
-            if load.get((gpu, r), 0) + demand <= self.budget:
-                load[(gpu, r)] = load.get((gpu, r), 0) + demand
-                return r, True, load[(gpu, r)] - demand
+        for cls in classes[start:]:
+            best = -1
+            best_load = budget + 1
+            for r in cls:
+                have = load.get((gpu, r), 0)
+                if have + demand <= budget and have < best_load:
+                    best, best_load = r, have
+                    if have == 0:
+                        break  # a free candidate: nothing in the class is less loaded
+            if best >= 0:
+                load[(gpu, best)] = best_load + demand
+                return best, True, best_load
         # oversubscribe the least-loaded candidate; the earliest (nearest) among equals
-        best = min(order, key=lambda r: load.get((gpu, r), 0))
-        least = load.get((gpu, best), 0)
-        load[(gpu, best)] = least + demand
-        return best, False, least
+        chosen = min((r for cls in classes for r in cls), key=lambda r: load.get((gpu, r), 0))
+        least = load.get((gpu, chosen), 0)
+        load[(gpu, chosen)] = least + demand
+        return chosen, False, least
 
     def charge(self, gpu: int, resource: int, amount: int) -> None:
         """Add ``amount`` to a resource without a placement decision (a further access)."""
@@ -165,16 +197,61 @@ class FirstFit:
         return tuple((g, r, v) for (g, r), v in sorted(self.load.items()))
 
 
-_DomainOrder = tuple[tuple[int, ...], tuple[int, ...], frozenset[int]]
+def spread_classes(spec: TopologySpec, *keys_ns: npt.NDArray[np.float64]) -> Classes:
+    """All CUs as classes of equal keys (one value per CU per key, compared in order, each
+    rounded to 1e-6 ns so that float summation order cannot split a tie), nearest class first.
+
+    Within a class the spread order deals the class's routers round-robin (routers by index):
+    the first CU of every router, then the second, and so on. The CUs of one router share its
+    mesh links, so equally near threadblocks go to different routers before they double up."""
+    n = spec.chip.cus
+    rounded = np.stack([np.round(np.asarray(k, dtype=np.float64), 6) for k in keys_ns], axis=1)
+    _, cls = np.unique(rounded, axis=0, return_inverse=True)  # class ids in ascending key order
+    cls = cls.reshape(-1)
+    cu = np.arange(n)
+    router = cu // spec.chip.cus_per_router
+    # a CU's rank among its router's CUs in the same class (CUs in index order)
+    by_group = np.lexsort((cu, router, cls))
+    first = np.ones(n, dtype=bool)
+    first[1:] = (cls[by_group][1:] != cls[by_group][:-1]) | (router[by_group][1:] != router[by_group][:-1])
+    starts = np.maximum.accumulate(np.where(first, np.arange(n), 0))
+    rank = np.empty(n, dtype=np.int64)
+    rank[by_group] = np.arange(n) - starts
+    order = np.lexsort((router, rank, cls))
+    bounds = np.flatnonzero(np.diff(cls[order])) + 1
+    return tuple(tuple(part.tolist()) for part in np.split(order, bounds))
+
+
+def domain_cu_classes(spec: TopologySpec, ports: tuple[int, ...]) -> Classes:
+    """CUs by physical closeness to a NAR domain's I/O ports, as Algorithm 1 orders them.
+
+    The key is the mean CU -> port latency over the domain's ports (the expected latency of a
+    store hashed over them, what NAR minimises), then, among equals, the latency to the nearest
+    port of the domain. The second key matters where the mean is flat along the chip: a domain
+    with ports on both short edges (G = 1, and the corner domain at G = 3) is equally far, in
+    expectation, from every column, and would otherwise place its threadblocks anywhere along
+    the chip (or, with ties to the lower index, all on die 0). Nearest-port latency sends
+    them outwards, to the routers of the domain's ports on both edges: the paper places
+    threadblocks "closer to the I/O ports (i.e., outwards to the socket)" (§4.2) and keeps
+    doing so when traffic is hashed over every port (§6.3).
+    """
+    geo = chip_geometry(spec.chip)
+    lat = geo.cu_port.latency_ns[:, list(ports)]
+    return spread_classes(spec, lat.mean(axis=1), lat.min(axis=1))
+
+
+_DomainOrder = tuple[Classes, Classes, frozenset[int]]
 
 
 @functools.cache  # a memo of a pure function of frozen values
 def _domain_orders(spec: TopologySpec, g: int) -> tuple[_DomainOrder, ...]:
-    """Per domain: CUs by distance to its ports, its stacks by distance to its ports, its stacks."""
+    """Per domain: CU classes by closeness to its ports, its stacks by distance to its ports,
+    its stacks."""
     out = []
     for ports, stacks in zip(nar_domain_ports(spec, g), nar_domain_stacks(spec, g), strict=True):
         own = frozenset(stacks)
-        out.append((nearest_cus(spec, ports), tuple(s for s in nearest_stacks(spec, ports) if s in own), own))
+        near = singletons(tuple(s for s in nearest_stacks(spec, ports) if s in own))
+        out.append((domain_cu_classes(spec, ports), near, own))
     return tuple(out)
 
 
@@ -201,7 +278,7 @@ def physical_placement(groups: Sequence[LogicalGroup], nar_max: int, spec: Topol
     group_domain: list[int] = []
     stack_of: dict[ChunkKey, int] = {}
     pending: dict[ChunkKey, int] = {}  # accesses to chunks of groups placed later
-    near_cu: dict[tuple[int, int], tuple[int, ...]] = {}  # (cu, domain) -> the domain's stacks by distance
+    near_cu: dict[tuple[int, int], Classes] = {}  # (cu, domain) -> the domain's stacks by distance
     for i, group in enumerate(groups):
         nar = i % nar_max  # Fig 7 caption: the first group uses domain 0 (see the module doc)
         group_domain.append(nar)
@@ -229,7 +306,7 @@ def physical_placement(groups: Sequence[LogicalGroup], nar_max: int, spec: Topol
                 if chunk.gpu == acc.gpu:  # local: the CU's nearest stack of the domain
                     order = near_cu.get((cu, nar))
                     if order is None:
-                        order = tuple(s for s in stacks_by_distance(spec, cu) if s in own_stacks)
+                        order = singletons(tuple(s for s in stacks_by_distance(spec, cu) if s in own_stacks))
                         near_cu[(cu, nar)] = order
                     order_key = nar_max + cu * nar_max + nar
                 else:  # remote: near the same port ordinals on the peer

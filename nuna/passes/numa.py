@@ -2,7 +2,8 @@
 
 Memory stays where the baseline puts it (round-robin 4 KiB pages); each threadblock is
 scheduled near the memory it accesses: Algorithm 1's CU choice (first CU in order of nearness
-whose outstanding-request budget fits; see :mod:`nuna.passes.nap`) with the nearness measured
+whose outstanding-request budget fits, among equally near CUs the least loaded, spread over
+routers: :class:`nuna.passes.nap.FirstFit`) with the nearness measured
 to the HBM stacks that hold the threadblock's local chunks, weighted by bytes, instead of to a
 NAR domain's I/O ports. Threadblocks are taken in ``logical_allocation`` order, as NAP takes
 them. I/O ports play no part: that is exactly what NUMA-aware placement lacks (§3.3). A
@@ -20,7 +21,7 @@ import numpy as np
 from nuna.passes.access import decompose
 from nuna.passes.base import PassContext, replace_placement
 from nuna.passes.logical import logical_allocation
-from nuna.passes.nap import FirstFit, cu_budget_requests, tb_demand_requests
+from nuna.passes.nap import Classes, FirstFit, cu_budget_requests, spread_classes, tb_demand_requests
 from nuna.plan.ir import Plan, TbPlacement
 from nuna.plan.verify import chunk_bytes_for
 from nuna.plan.xml import canonical_placement
@@ -36,9 +37,10 @@ def numa_cus(plan: Plan, spec: TopologySpec, size_bytes: int) -> dict[tuple[int,
     chunk_bytes = chunk_bytes_for(plan, size_bytes)
     base = baseline_cus(plan, spec)
     cus = FirstFit(cu_budget_requests(spec))
-    orders: dict[tuple[tuple[int, int], ...], tuple[int, tuple[int, ...]]] = {}  # signature -> (id, order)
+    orders: dict[tuple[tuple[int, int], ...], tuple[int, Classes]] = {}  # signature -> (id, classes)
     out: dict[tuple[int, int], int] = {}
-    layout = BaselineLayout(plan, spec, size_bytes)
+    # under NAR the pages are in the NAR segment (a NAR pass runs first in NUMA+NAR)
+    layout = BaselineLayout(plan, spec, size_bytes, plan.placement.nar_granularity)
     for group in logical_allocation(decompose(plan)):
         for member in group.members:
             acc = member.access
@@ -55,9 +57,7 @@ def numa_cus(plan: Plan, spec: TopologySpec, size_bytes: int) -> dict[tuple[int,
                 w = np.zeros(spec.chip.hbm_stacks)
                 for s, b in signature:
                     w[s] = b
-                cost = round_trip @ (w / w.sum())
-                # rounded so that summation order cannot break ties; ties to the lower CU
-                known = (len(orders), tuple(np.argsort(np.round(cost, 6), kind="stable").tolist()))
+                known = (len(orders), spread_classes(spec, round_trip @ (w / w.sum())))
                 orders[signature] = known
             cu, _, _ = cus.take(acc.gpu, known[1], tb_demand_requests(acc, chunk_bytes, spec), known[0])
             out[(acc.gpu, acc.tb)] = cu

@@ -1,0 +1,181 @@
+"""Algorithm 1's CU order and its ties: the classes of equally near CUs NAP deals a domain's
+threadblocks over, the first-fit rule inside a class (least loaded, spread over routers), and
+what that does to NAP and NUMA placements. Expectations are computed here from the topology's
+geometry, not from the code under test."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from itertools import pairwise
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nuna.passes import PassContext, apply_config
+from nuna.passes.nap import FirstFit, domain_cu_classes, nap_placement, spread_classes
+from nuna.plan.generate import generate
+from nuna.topology.address import nar_domain_ports, nar_granularities
+from nuna.topology.geometry import chip_geometry, port_positions
+from nuna.topology.spec import TopologySpec
+
+
+def _router_xy(spec: TopologySpec, cu: int) -> tuple[int, int]:
+    """(x, y) of a CU's router from the documented numbering: dies in a row, x-major then y."""
+    chip = spec.chip
+    router = cu // chip.cus_per_router
+    per_die = chip.die_cols * chip.die_rows
+    die, local = divmod(router, per_die)
+    return die * chip.die_cols + local // chip.die_rows, local % chip.die_rows
+
+
+def test_router_numbering_matches_the_geometry(spec: TopologySpec) -> None:
+    # the helper above is what the other tests trust; check it against the port positions
+    geo = chip_geometry(spec.chip)
+    for k, (x, y) in enumerate(port_positions(spec.chip)):
+        nearest = int(np.argmin(geo.cu_port.latency_ns[:, k]))
+        assert _router_xy(spec, nearest) == (x, y)
+
+
+@pytest.mark.parametrize("g", [1, 2, 3, 4, 6, 12])
+def test_domain_classes_partition_the_cus_by_mean_then_nearest_port(spec: TopologySpec, g: int) -> None:
+    lat = chip_geometry(spec.chip).cu_port.latency_ns
+    for ports in nar_domain_ports(spec, g):
+        classes = domain_cu_classes(spec, ports)
+        assert sorted(c for cls in classes for c in cls) == list(range(spec.chip.cus))
+        keys = [(lat[c, list(ports)].mean(), lat[c, list(ports)].min()) for c in range(spec.chip.cus)]
+        prev: tuple[float, float] | None = None
+        for cls in classes:
+            k0 = keys[cls[0]]
+            for c in cls:
+                assert keys[c] == pytest.approx(k0, abs=1e-6)
+            if prev is not None:
+                assert prev[0] < k0[0] - 1e-7 or (abs(prev[0] - k0[0]) < 1e-6 and prev[1] < k0[1] - 1e-7)
+            prev = k0
+
+
+@pytest.mark.parametrize("g", [1, 2, 3, 4, 6, 12])
+def test_first_class_sits_next_to_the_domains_ports(spec: TopologySpec, g: int) -> None:
+    positions = port_positions(spec.chip)
+    for ports in nar_domain_ports(spec, g):
+        first = domain_cu_classes(spec, ports)[0]
+        port_routers = {positions[k] for k in ports}
+        assert {_router_xy(spec, c) for c in first} <= port_routers
+        xs = {x for x, _ in (positions[k] for k in ports)}
+        if len(xs) > 1:  # ports on both short edges: the first class has both edges too
+            assert {x for x, _ in (_router_xy(spec, c) for c in first)} == xs
+
+
+def test_g1_is_both_edges_not_die_0(spec: TopologySpec) -> None:
+    first = domain_cu_classes(spec, nar_domain_ports(spec, 1)[0])[0]
+    xs = [_router_xy(spec, c)[0] for c in first]
+    # the first four choices already alternate between the edges
+    assert {xs[0], xs[1], xs[2], xs[3]} == {0, spec.chip.cols - 1}
+
+
+@pytest.mark.parametrize("g", [1, 4, 12])
+def test_spread_order_visits_every_router_before_doubling(spec: TopologySpec, g: int) -> None:
+    for ports in nar_domain_ports(spec, g):
+        for cls in domain_cu_classes(spec, ports):
+            routers = [c // spec.chip.cus_per_router for c in cls]
+            n = len(set(routers))
+            assert len(set(routers[:n])) == n
+
+
+def test_spread_classes_groups_equal_costs(spec: TopologySpec) -> None:
+    cost = np.zeros(spec.chip.cus)
+    cost[::2] = 1.0
+    classes = spread_classes(spec, cost)
+    assert [len(c) for c in classes] == [spec.chip.cus - spec.chip.cus // 2, spec.chip.cus // 2]
+    assert all(c % 2 == 1 for c in classes[0])
+
+
+@st.composite
+def _scenario(draw: st.DrawFn) -> tuple[tuple[tuple[int, ...], ...], list[int], int]:
+    n = draw(st.integers(1, 12))
+    perm = draw(st.permutations(range(n)))
+    cuts = sorted(draw(st.sets(st.integers(1, n - 1), max_size=n - 1))) if n > 1 else []
+    bounds = [0, *cuts, n]
+    classes = tuple(tuple(perm[a:b]) for a, b in pairwise(bounds))
+    demands = draw(st.lists(st.integers(1, 12), min_size=1, max_size=40))
+    return classes, demands, draw(st.integers(1, 20))
+
+
+@settings(max_examples=200, deadline=None)
+@given(_scenario())
+def test_first_fit_takes_the_least_loaded_of_the_nearest_class_with_room(
+        case: tuple[tuple[tuple[int, ...], ...], list[int], int]) -> None:
+    classes, demands, budget = case
+    ff = FirstFit(budget)
+    load: dict[int, int] = defaultdict(int)
+    where = {r: (i, j) for i, cls in enumerate(classes) for j, r in enumerate(cls)}
+    for d in demands:
+        before = dict(load)
+        r, fitted, least = ff.take(0, classes, d, 0)
+        fits = [c for c in where if before.get(c, 0) + d <= budget]
+        if fits:
+            assert fitted
+            ci, cj = where[r]
+            assert before.get(r, 0) + d <= budget
+            assert all(where[c][0] >= ci for c in fits)  # no nearer class had room
+            same = [c for c in fits if where[c][0] == ci]
+            assert (before.get(r, 0), cj) == min((before.get(c, 0), where[c][1]) for c in same)
+            assert least == before.get(r, 0)
+        else:
+            assert not fitted
+            low = min(before.get(c, 0) for c in where)
+            assert before.get(r, 0) == low == least
+            assert where[r] == min(where[c] for c in where if before.get(c, 0) == low)
+        load[r] += d
+    assert ff.loads() == tuple((0, r, v) for r, v in sorted(load.items()))
+
+
+def test_nap_gives_each_threadblock_of_a_group_its_own_cu(spec: TopologySpec) -> None:
+    # 8-GPU direct allgather, one threadblock per peer, 100 kB: a threadblock needs 98 of a
+    # CU's 700 requests, so first-fit in index order would stack all seven on one CU
+    plan = generate("allgather", 8, tbs_per_peer=1)
+    r = nap_placement(plan, spec, 100_000, 4)
+    per_gpu: dict[int, list[int]] = defaultdict(list)
+    for t in r.threadblocks:
+        per_gpu[t.gpu].append(t.cu)
+    assert all(demand <= r.cu_budget // 7 for _, _, demand in r.tb_demand)
+    for gpu, cus in per_gpu.items():
+        assert len(set(cus)) == len(cus), gpu
+        domain = {d for g, _, d in r.tb_domain if g == gpu}
+        assert len(domain) == 1
+        first = domain_cu_classes(spec, nar_domain_ports(spec, 4)[domain.pop()])[0]
+        assert set(cus) <= set(first)
+
+
+def test_nap_at_g1_places_outwards_on_both_edges(spec: TopologySpec) -> None:
+    plan = generate("allgather", 8, tbs_per_peer=1)
+    r = nap_placement(plan, spec, 1_000_000, 1)
+    edges = {0, spec.chip.cols - 1}
+    per_gpu: dict[int, set[int]] = defaultdict(set)
+    for t in r.threadblocks:
+        x = _router_xy(spec, t.cu)[0]
+        assert x in edges
+        per_gpu[t.gpu].add(x)
+    assert all(xs == edges for xs in per_gpu.values())
+
+
+def test_numa_does_not_stack_threadblocks_while_a_same_router_cu_is_free(spec: TopologySpec) -> None:
+    plan = generate("allgather", 8, tbs_per_peer=4)
+    placed = apply_config(plan, "NUMA", PassContext(spec, 100_000))
+    per = spec.chip.cus_per_router
+    count: dict[int, Counter[int]] = defaultdict(Counter)
+    for t in placed.placement.threadblocks:
+        count[t.gpu][t.cu] += 1
+    for gpu, cus in count.items():
+        for cu, n in cus.items():
+            if n > 1:
+                router = cu // per
+                assert all(cus[c] > 0 for c in range(router * per, (router + 1) * per)), (gpu, cu)
+
+
+def test_every_granularity_places_every_threadblock(spec: TopologySpec) -> None:
+    plan = generate("allgather", 4, tbs_per_peer=2)
+    for g in nar_granularities(spec):
+        r = nap_placement(plan, spec, plan.nchunksperloop * 5000, g)
+        assert len(r.threadblocks) == sum(len(x.threadblocks) for x in plan.gpus)
