@@ -122,8 +122,9 @@ def _place(plan: Plan, cfg: Config, ctx: PassContext, g: int | None, observe: Ob
 
 def _placer(plan: Plan, cfg: Config, ctx: PassContext) -> Callable[[int], Plan]:
     """``G -> plan placed by cfg at G``, computing what does not depend on ``G`` once: the
-    logical groups for NAP/NAP*, the whole placement for UA/NUMA (they ignore domains). Gives
-    the same plans as the configuration's pipeline (tested)."""
+    logical groups for NAP/NAP*, the whole placement for UA (it ignores domains; NUMA does not:
+    its pages are in the NAR segment of ``G``). Gives the same plans as the configuration's
+    pipeline (tested)."""
     if cfg.placement in ("nap", "nap*"):
         groups = logical_allocation(decompose(plan))
         chunk_bytes = chunk_bytes_for(plan, ctx.size_bytes)
@@ -135,6 +136,8 @@ def _placer(plan: Plan, cfg: Config, ctx: PassContext) -> Callable[[int], Plan]:
             return annotate(routed, ctx, result)
 
         return place_nap
+    if cfg.placement == "numa":
+        return lambda g: cfg.placement_pass().run(NarPass(g).run(plan, ctx), ctx)
     placed = cfg.placement_pass().run(plan, ctx)
     return lambda g: NarPass(g).run(placed, ctx)
 

@@ -13,12 +13,15 @@ open, and the UA pass materialises the same choices by calling it.
   ``k`` of a buffer is bytes ``[k*cb, (k+1)*cb)``.
 - Pages: virtual page ``j`` of a GPU is on stack ``baseline_stack(spec, j)`` unless a
   :class:`~nuna.plan.ir.ChunkPlacement` fixed it first (first come, first served, in listed
-  order). Each stack hands out its page slots in virtual-page order, so the baseline layout is
+  order). A plan routed with NAR granularity ``G`` > 1 has its buffers in that NAR segment,
+  whose round-robin pages go to the domains in turn: ``nar_segment_stack(spec, j, G)``. Each
+  stack hands out its page slots in virtual-page order, so the baseline layout (without NAR) is
   the topology's identity map (virtual address = physical address).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,7 +31,7 @@ from nuna.errors import SimulationError
 from nuna.plan.dag import STEP_TYPES, FlatPlan
 from nuna.plan.ir import Buffer, Plan, StepType
 from nuna.plan.verify import chunk_bytes_for
-from nuna.topology.address import baseline_stack
+from nuna.topology.address import nar_domain_stacks, nar_segment_stack
 from nuna.topology.geometry import chip_geometry
 from nuna.topology.spec import TopologySpec
 
@@ -175,6 +178,11 @@ def memory_layout(plan: Plan, spec: TopologySpec, size_bytes: int, flat: FlatPla
                 page_stack[p] = pl.stack
     page_phys = np.zeros(total, dtype=np.int64)
     stacks = chip.hbm_stacks
+    g_nar = plan.placement.nar_granularity
+    # the baseline policy is periodic in the page index: evaluate it once per residue
+    period = stacks if not g_nar or g_nar == 1 else \
+        g_nar * math.lcm(*(len(d) for d in nar_domain_stacks(spec, g_nar)))
+    table = np.array([nar_segment_stack(spec, j, g_nar) for j in range(period)], dtype=np.int64)
     for g in range(ngpu_slots):
         lo, hi = int(page_base[g]), int(page_base[g + 1])
         if hi == lo:
@@ -182,9 +190,7 @@ def memory_layout(plan: Plan, spec: TopologySpec, size_bytes: int, flat: FlatPla
         local = np.arange(hi - lo, dtype=np.int64)
         own = page_stack[lo:hi]
         unset = own < 0
-        # baseline_stack is the topology's round-robin policy; evaluate it once per residue
-        table = np.array([baseline_stack(spec, j) for j in range(stacks)], dtype=np.int64)
-        own[unset] = table[local[unset] % stacks]
+        own[unset] = table[local[unset] % period]
         # each stack hands out slots in virtual-page order
         order = np.argsort(own, kind="stable")
         slot = np.empty(hi - lo, dtype=np.int64)
@@ -200,10 +206,13 @@ def memory_layout(plan: Plan, spec: TopologySpec, size_bytes: int, flat: FlatPla
 
 class BaselineLayout:
     """The baseline layout of one plan at one size, as the placement passes query it
-    (pages round-robin, no chunk placement applied)."""
+    (pages round-robin, no chunk placement applied; in the NAR segment of ``nar_granularity``
+    if the plan will be routed with one, as :func:`memory_layout` does)."""
 
-    def __init__(self, plan: Plan, spec: TopologySpec, size_bytes: int) -> None:
+    def __init__(self, plan: Plan, spec: TopologySpec, size_bytes: int,
+                 nar_granularity: int | None = None) -> None:
         self.spec = spec
+        self.nar_granularity = nar_granularity
         self.chunk_bytes = chunk_bytes_for(plan, size_bytes)
         page = spec.chip.page_bytes
         self._base: dict[tuple[int, Buffer], int] = {}
@@ -227,7 +236,7 @@ class BaselineLayout:
         while at < end:
             p = at // page
             nxt = min(end, (p + 1) * page)
-            s = baseline_stack(self.spec, p)
+            s = nar_segment_stack(self.spec, p, self.nar_granularity)
             out[s] = out.get(s, 0) + (nxt - at)
             at = nxt
         return out

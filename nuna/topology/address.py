@@ -184,6 +184,27 @@ def stack_domain(spec: TopologySpec, g: int, stack: int) -> int:
     raise AssertionError("the stack partition covers every stack")  # pragma: no cover
 
 
+def nar_segment_stack(spec: TopologySpec, page_index: int, nar_granularity: int | None) -> int:
+    """Stack of virtual page ``page_index`` under the baseline round-robin page policy, for a
+    buffer in the address segment of NAR granularity ``nar_granularity`` (``None`` or 1: the
+    plain :func:`baseline_stack`).
+
+    A NAR segment's physical addresses are "partitioned uniformly into subsets for each domain"
+    (paper §4.1.2, Fig 5) and a domain's addresses lie on its own stacks. A round-robin allocator
+    in the segment therefore deals pages to the domains in turn, and each domain's pages over its
+    stacks in turn. Every domain gets the same share of pages (and so of port traffic) even when
+    the stacks do not split evenly over the domains (16 stacks, 12 domains), where dealing pages
+    over all stacks would give the domains with two stacks twice the traffic of the others."""
+    if nar_granularity is None or nar_granularity == 1:
+        if nar_granularity is not None:
+            _check_granularity(spec, nar_granularity)
+        return baseline_stack(spec, page_index)
+    if page_index < 0:
+        raise TopologyError(f"page index must be >= 0, got {page_index}")
+    stacks = nar_domain_stacks(spec, nar_granularity)[page_index % nar_granularity]
+    return stacks[(page_index // nar_granularity) % len(stacks)]
+
+
 def io_port(spec: TopologySpec, phys_addr: int, nar_granularity: int | None) -> int:
     """I/O port a remote access to ``phys_addr`` leaves through: the address hash over all
     ports (``None`` or 1), or over the ports of the NAR domain owning the address's stack."""

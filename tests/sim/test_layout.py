@@ -14,7 +14,7 @@ from nuna.plan.dag import build_dag, flatten
 from nuna.plan.generate import generate
 from nuna.plan.ir import Buffer, ChunkPlacement, Placement, TbPlacement
 from nuna.sim import layout
-from nuna.topology.address import baseline_stack, physical_address
+from nuna.topology.address import baseline_stack, nar_segment_stack, physical_address
 from nuna.topology.geometry import chip_geometry
 from nuna.topology.spec import load_topology
 
@@ -55,6 +55,32 @@ def test_baseline_pages_are_round_robin_and_identity_mapped(spec) -> None:  # ty
         for j in range(hi - lo):
             assert mem.page_stack[lo + j] == baseline_stack(spec, j)
             assert mem.page_phys[lo + j] == j * spec.chip.page_bytes  # virtual = physical
+
+
+@pytest.mark.parametrize("g", [3, 12])
+def test_nar_routed_plans_take_their_pages_in_the_nar_segment(spec, g: int) -> None:  # type: ignore[no-untyped-def]
+    plan = generate("alltoall", 4, tbs_per_peer=2)
+    plan = dataclasses.replace(plan, placement=Placement(nar_granularity=g))
+    mem, _ = _layout(plan, spec, 3_000_000)
+    base = layout.BaselineLayout(plan, spec, 3_000_000, nar_granularity=g)
+    for gpu in range(4):
+        lo = int(mem.page_base[gpu])
+        hi = int(mem.page_base[gpu + 1]) if gpu + 1 < 4 else mem.page_stack.shape[0]
+        expected = [nar_segment_stack(spec, j, g) for j in range(hi - lo)]
+        assert [int(s) for s in mem.page_stack[lo:hi]] == expected
+        # the passes' view of the baseline agrees with the simulator's
+        info = plan.gpus[gpu]
+        for buf, n in zip(layout.BUFFER_ORDER, (info.input_chunks, info.output_chunks, info.scratch_chunks),
+                          strict=True):
+            for chunk in {0, n - 1} if n else set():
+                at = base.base_page(gpu, buf) * spec.chip.page_bytes + chunk * mem.chunk_bytes
+                step = spec.chip.page_bytes
+                covered = {mem.stack_of(gpu, a) for a in range(at, at + mem.chunk_bytes, step)}
+                covered.add(mem.stack_of(gpu, at + mem.chunk_bytes - 1))
+                assert covered == set(base.chunk_stack_bytes(gpu, buf, chunk))
+    # physical addresses stay unique per GPU and on the page's stack
+    phys = mem.page_phys[: int(mem.page_base[1])]
+    assert len(set(phys.tolist())) == phys.shape[0]
 
 
 def test_chunk_placement_first_come_first_served(spec) -> None:  # type: ignore[no-untyped-def]

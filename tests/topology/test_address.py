@@ -22,6 +22,7 @@ from nuna.topology import (
     nar_domain_ports,
     nar_domain_stacks,
     nar_granularities,
+    nar_segment_stack,
     nearest_cus,
     nearest_stack,
     nearest_stacks,
@@ -104,6 +105,33 @@ def test_baseline_pages_go_round_robin_and_map_identically(page: int) -> None:
     addr = page * CHIP.page_bytes + 123
     assert baseline_physical_address(SPEC, addr) == addr
     assert stack_of_address(SPEC, addr) == baseline_stack(SPEC, page)
+
+
+@pytest.mark.parametrize("g", [2, 3, 4, 6, 12])
+def test_nar_segment_pages_are_dealt_evenly_to_domains_then_their_stacks(g: int) -> None:
+    stacks = nar_domain_stacks(SPEC, g)
+    n = 16 * g * 60  # a whole number of periods
+    placed = [nar_segment_stack(SPEC, j, g) for j in range(n)]
+    per_domain = Counter(stack_domain(SPEC, g, s) for s in placed)
+    assert sorted(per_domain) == list(range(g))
+    assert len(set(per_domain.values())) == 1  # uniform over domains (paper §4.1.2), even at 16/12
+    for own in stacks:
+        mine = Counter(s for s in placed if s in own)
+        assert set(mine) == set(own)
+        assert len(set(mine.values())) == 1  # round-robin within a domain
+
+
+@given(st.integers(0, 10**6))
+def test_nar_segment_without_domains_is_the_baseline(page: int) -> None:
+    assert nar_segment_stack(SPEC, page, None) == baseline_stack(SPEC, page)
+    assert nar_segment_stack(SPEC, page, 1) == baseline_stack(SPEC, page)
+
+
+def test_nar_segment_rejects_bad_input() -> None:
+    with pytest.raises(TopologyError):
+        nar_segment_stack(SPEC, -1, 4)
+    with pytest.raises(TopologyError):
+        nar_segment_stack(SPEC, 0, 5)
 
 
 @settings(max_examples=300)
