@@ -30,17 +30,17 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import matplotlib
-from matplotlib.axes import Axes
-from matplotlib.figure import Figure
+from typing import TYPE_CHECKING, Any
 
 from nuna.errors import InputError, UsageError
 from nuna.experiments.spec import SweepSpec, canonical_json
 from nuna.experiments.sweep import ProgressCallback, SweepSummary, load_results, load_sweep_spec, run_sweep
 from nuna.fsutil import write_atomic
 from nuna.units import format_size
+
+if TYPE_CHECKING:  # matplotlib costs ~1 s to import: only the rendering functions load it
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 FIGURES: tuple[str, ...] = ("fig9", "fig10", "fig11", "fig12", "fig13", "fig14")
 
@@ -444,6 +444,8 @@ _RENDERERS: dict[str, tuple[Callable[[Figure, Mapping[str, Any]], None], tuple[f
 
 def render(name: str, data: Mapping[str, Any]) -> Figure:
     """Figure ``name`` drawn from :func:`figure_data`'s numbers (no pyplot: no global figure)."""
+    from matplotlib.figure import Figure
+
     draw, size = _RENDERERS[_check_name(name)]
     fig = Figure(figsize=size, layout="constrained")
     draw(fig, data)
@@ -453,6 +455,8 @@ def render(name: str, data: Mapping[str, Any]) -> Figure:
 def save_figure(fig: Figure, stem: str | Path) -> tuple[Path, Path]:
     """Write ``stem.png`` and ``stem.svg`` atomically, with fixed metadata (no dates, no
     version strings, a fixed SVG hash salt) so that the same figure gives the same bytes."""
+    import matplotlib
+
     stem = Path(stem)
     paths = (stem.with_name(stem.name + ".png"), stem.with_name(stem.name + ".svg"))
     metadata: dict[str, dict[str, Any]] = {"png": {"Software": None},

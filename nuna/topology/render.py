@@ -23,15 +23,9 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
-import matplotlib as mpl
 import numpy as np
-from matplotlib.axes import Axes
-from matplotlib.collections import LineCollection, PolyCollection
-from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
-from matplotlib.patches import Patch, Rectangle
 
 from nuna.errors import InputError, TopologyError, UsageError
 from nuna.topology.address import nar_domain_cus, nar_domain_ports, nar_domain_stacks
@@ -41,6 +35,12 @@ from nuna.topology.latency import AtomicCharacterization
 from nuna.topology.nodes import Cu, Hbm, IoPort, Node, Router, Switch
 from nuna.topology.spec import TopologySpec
 from nuna.units import format_size
+
+if TYPE_CHECKING:  # matplotlib costs ~1 s to import: the drawing functions load it on first use
+    import matplotlib as mpl
+    from matplotlib.axes import Axes
+    from matplotlib.collections import PolyCollection
+    from matplotlib.figure import Figure
 
 FORMATS = ("svg", "png", "pdf")
 MAX_RENDER_GPUS = 16
@@ -66,6 +66,8 @@ def _count(n: int, noun: str) -> str:
 
 
 def _domain_colours(count: int) -> list[tuple[float, float, float, float]]:
+    import matplotlib as mpl
+
     cmap = mpl.colormaps["tab20" if count > 10 else "tab10"]
     return [cmap(i % cmap.N) for i in range(count)]
 
@@ -80,6 +82,8 @@ def _overlay_norm(
 ) -> mpl.colors.Normalize | None:
     """Colour scale of an overlay, from 0 to the largest value drawn: switch cables never are,
     CU links only when CUs are; ``None`` without anything to shade."""
+    import matplotlib as mpl
+
     cus = _cus_drawn(spec.chip.cus_per_router)
     shown = [v for (a, b), v in (edge_values or {}).items()
              if not isinstance(a, Switch) and not isinstance(b, Switch)
@@ -133,6 +137,8 @@ class _ChipPainter:
 
     def attach_style(self, a: Node, b: Node, colour: str) -> tuple[str | tuple[float, ...], float]:
         """Colour and width of an attachment (router to port or stack): shaded under an overlay."""
+        import matplotlib as mpl
+
         if self.norm is None:
             return colour, 1.0
         return tuple(mpl.colormaps[_CMAP](self.norm(self.link_value(a, b)))), 2.0
@@ -143,6 +149,8 @@ class _ChipPainter:
         return (ox - 1.75 if x == 0 else ox + self.chip.cols - 0.25, oy + y - 0.4)
 
     def draw(self, gpu: int, origin: tuple[float, float]) -> None:
+        from matplotlib.patches import Rectangle
+
         ax, chip, geo = self.ax, self.chip, self.geo
         ox, oy = origin
         for dy in range(chip.dies_y):
@@ -207,6 +215,8 @@ class _ChipPainter:
         )
 
     def draw_links(self, gpu: int, origin: tuple[float, float]) -> None:
+        from matplotlib.collections import LineCollection
+
         geo = self.geo
         ox, oy = origin
         segments: dict[bool, list[list[tuple[float, float]]]] = {False: [], True: []}
@@ -239,6 +249,8 @@ class _ChipPainter:
             self.ax.add_collection(lines)
 
     def draw_cus(self, gpu: int, router_xy: np.ndarray) -> None:
+        from matplotlib.collections import LineCollection
+
         chip, geo = self.chip, self.geo
         per = chip.cus_per_router
         if not self.cus_drawn:  # too many to draw one by one: one marker per router stands for its CUs
@@ -277,6 +289,11 @@ def topology_figure(
     left-edge ports on the left and of right-edge ports on the right). ``value_label`` names
     the colour bar of ``edge_values``; ``note`` is appended to the title (e.g. what the overlay
     comes from)."""
+    import matplotlib as mpl
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
     if not 1 <= ngpus <= min(MAX_RENDER_GPUS, MAX_GPUS):
         raise TopologyError(f"can render 1 to {MAX_RENDER_GPUS} GPUs, got {ngpus}")
     chip = spec.chip
@@ -460,6 +477,8 @@ def link_overlay(spec: TopologySpec, result: object, *, stat: str = "mean",
 def _draw_switches(
     ax: Axes, painter: _ChipPainter, origins: Sequence[tuple[float, float]], gap: float
 ) -> None:
+    from matplotlib.patches import Rectangle
+
     chip = painter.chip
     left = chip.ports_left
     top = origins[0][1] + chip.rows
@@ -491,6 +510,9 @@ def characterization_figure(results: Sequence[AtomicCharacterization]) -> Figure
     latency minus its address's mean over CUs, plus the overall mean: the spread across CUs for
     a fixed address); and the address effect (minus its CU's mean over addresses: the spread
     across addresses for a fixed CU). Dashed lines mark the quartiles."""
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
     if not results:
         raise TopologyError("nothing to characterize")
     fig = Figure(figsize=(2.4 + 2.2 * len(results), 3.8))
@@ -507,7 +529,7 @@ def characterization_figure(results: Sequence[AtomicCharacterization]) -> Figure
             data.append(series)
             positions.append(i * 4.0 + j)
     parts = ax.violinplot(data, positions=positions, widths=0.9, showextrema=False)
-    bodies = cast(list[PolyCollection], parts["bodies"])
+    bodies = cast("list[PolyCollection]", parts["bodies"])
     for n, body in enumerate(bodies):
         body.set_facecolor(colours[n % 3])
         body.set_alpha(0.75)
@@ -541,6 +563,8 @@ def characterization_figure(results: Sequence[AtomicCharacterization]) -> Figure
 
 def figure_bytes(fig: Figure, fmt: str) -> bytes:
     """Encode ``fig`` as ``svg``, ``png`` or ``pdf`` bytes, deterministically."""
+    import matplotlib as mpl
+
     if fmt not in FORMATS:
         raise TopologyError(f"unknown picture format {fmt!r} (use {', '.join(FORMATS)})")
     metadata: dict[str, str | None] = {
