@@ -36,7 +36,7 @@ from nuna.plan.ir import Plan
 from nuna.sim import engine as eng
 from nuna.sim.layout import MemoryLayout, memory_layout, threadblock_cus
 from nuna.sim.network import EDGE_CLASSES, PodNet, RouterParams, build_pod_net
-from nuna.sim.result import ChipLink, LatencyStats, SimResult
+from nuna.sim.result import ChipLinkTable, LatencyStats, SimResult
 from nuna.topology.address import nar_domain_stacks
 from nuna.topology.build import local_node
 from nuna.topology.geometry import ChipGeometry
@@ -354,15 +354,13 @@ def _chip_link_names(geo: ChipGeometry) -> tuple[tuple[int, str, str], ...]:
                  for e in np.lexsort((dst, src)).tolist())
 
 
-def _chip_links(net: PodNet, e_bytes: I64, util: npt.NDArray[np.float64]) -> tuple[ChipLink, ...]:
+def _chip_links(net: PodNet, e_bytes: I64, util: npt.NDArray[np.float64]) -> ChipLinkTable:
     """Every physical chip edge, its bytes summed and its utilisation averaged / maximised over
     the GPUs."""
     E = net.geo.num_edges
-    total = e_bytes[:, :E].sum(axis=0).tolist()
-    mean, peak = util[:, :E].mean(axis=0).tolist(), util[:, :E].max(axis=0).tolist()
-    kind = [EDGE_CLASSES[c] for c in net.edge_class[:E].tolist()]
-    return tuple(ChipLink(u, v, kind[e], int(total[e]), float(mean[e]), float(peak[e]))
-                 for e, u, v in _chip_link_names(net.geo))
+    kinds = tuple(EDGE_CLASSES[c] for c in net.edge_class[:E].tolist())
+    return ChipLinkTable(_chip_link_names(net.geo), kinds, e_bytes[:, :E].sum(axis=0),
+                         util[:, :E].mean(axis=0), util[:, :E].max(axis=0))
 
 
 def _result(plan: Plan, spec: TopologySpec, size_bytes: int, psize: int, seed: int, flat: FlatPlan,
@@ -433,7 +431,7 @@ def _result(plan: Plan, spec: TopologySpec, size_bytes: int, psize: int, seed: i
         port_ingress_bytes=e_bytes[:, net.down:net.down + P].copy(),
         port_egress_busy_ns=e_busy[:, net.up:net.up + P].copy(),
         port_ingress_busy_ns=e_busy[:, net.down:net.down + P].copy(),
-        link_classes=classes, busiest_links=busiest, chip_links=_chip_links(net, e_bytes, util),
+        link_classes=classes, busiest_links=busiest, chip_link_table=_chip_links(net, e_bytes, util),
         noc_hops=hops,
         die_crossing_bytes=int(e_bytes[:, die].sum()), remote_bytes=int(R.stat_f[eng.S_REMOTE_BYTES]),
         landed_bytes=R.landed.copy(), sent_bytes=sent, steps=nn, jobs=njobs, events=int(st.ctr[eng.C_EVENTS]),

@@ -6,6 +6,7 @@ the run itself: a comparison drops that one key.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,6 +72,26 @@ class ChipLink:
 
 
 @dataclass(frozen=True, eq=False)
+class ChipLinkTable:
+    """The per-chip-link figures as arrays, one entry per local edge of a GPU's chip (index =
+    edge id): :attr:`SimResult.chip_links` builds its rows from them on first use, because
+    building ~2,600 records costs as much as a small replay and sweeps never read them.
+    ``order`` lists ``(edge, src, dst)`` in row order."""
+
+    order: tuple[tuple[int, str, str], ...]
+    kinds: tuple[str, ...]
+    total_bytes: I64
+    utilization_mean: F64
+    utilization_max: F64
+
+    def rows(self) -> tuple[ChipLink, ...]:
+        total, mean = self.total_bytes.tolist(), self.utilization_mean.tolist()
+        peak = self.utilization_max.tolist()
+        return tuple(ChipLink(u, v, self.kinds[e], int(total[e]), float(mean[e]), float(peak[e]))
+                     for e, u, v in self.order)
+
+
+@dataclass(frozen=True, eq=False)
 class SimResult:
     """Everything one replay measured. Times in ns, sizes in bytes, bandwidths in GB/s.
 
@@ -98,7 +119,7 @@ class SimResult:
     port_ingress_busy_ns: F64
     link_classes: dict[str, dict[str, float]]
     busiest_links: tuple[dict[str, Any], ...]
-    chip_links: tuple[ChipLink, ...] = field(repr=False)  # every physical chip edge, sorted
+    chip_link_table: ChipLinkTable = field(repr=False)  # every physical chip edge (see chip_links)
     noc_hops: dict[str, float]
     die_crossing_bytes: int
     remote_bytes: int
@@ -121,6 +142,11 @@ class SimResult:
     @property
     def busbw_gbps(self) -> float:
         return self.algbw_gbps * bus_factor(self.collective, self.ngpus)
+
+    @functools.cached_property
+    def chip_links(self) -> tuple[ChipLink, ...]:
+        """Every physical chip edge, sorted by (source, destination) local node id."""
+        return self.chip_link_table.rows()
 
     def to_json(self, *, chip_links: bool = True) -> dict[str, Any]:
         """JSON-ready dict (units in the key names); everything but ``wall_s`` is deterministic.
