@@ -18,8 +18,10 @@ virtual channel behind another one first redoes route computation and VC allocat
 transfer streams at its bottleneck bandwidth, and queueing, head-of-line blocking and back
 pressure (tree saturation) emerge instead of being assumed.
 
-Events are processed in global time order from a binary heap keyed by ``(time, sequence)``, so
-equal-time events keep their insertion order and runs are deterministic. State lives in a few
+Events are processed in global ``(time, sequence)`` order, so equal-time events keep their
+insertion order and runs are deterministic. The queue is a heap plus one FIFO ring per delay
+class (arrivals at ``now + latency`` of a common latency come in time order), which also tells
+the loop which rows the next arrivals touch, so it prefetches them. State lives in a few
 packed numpy arrays (one row per edge, virtual channel or packet: a hop touches a handful of
 cache lines, not dozens) handled by ``numba`` functions; the two drivers (:mod:`nuna.sim.noc`,
 :mod:`nuna.sim.replay`) have their event loops at the end of this module, so that numba's cache,
@@ -36,7 +38,10 @@ from typing import Any, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 F8 = npt.NDArray[np.float64]
 I8 = npt.NDArray[np.int64]
@@ -79,6 +84,7 @@ C_STACK_N = 3  # edges waiting for arbitration at the current time
 C_OVERFLOW = 4  # 1 when a fixed-size array ran out of room
 C_POPPED = 5  # heap events processed
 C_RING = 6  # credit-return slots per virtual channel
+C_FQ_N = 7  # events in the delay-class FIFOs
 NCTR = 8
 
 # State.ef columns (per edge, floats; one 64-byte row): latency, ns per byte, credit delay,
@@ -93,7 +99,7 @@ NEF = 8
 # pointer; blocked on credits; packets granted; for a source queue, the length below which the
 # engine posts an EV_ROOM event when a packet leaves it (0: never)
 EI_CAP, EI_NVC, EI_FIFO, EI_VBASE, EI_WHEAD, EI_WTAIL, EI_ACTIVE, EI_RHEAD, EI_RTAIL, EI_INSTACK, EI_RR, \
-    EI_CWAIT, EI_PKTS, EI_NOTIFY = range(14)
+    EI_CWAIT, EI_PKTS, EI_NOTIFY, EI_DCLASS = range(15)
 NEI = 16
 # State.vf columns (per virtual channel of a buffered edge): credits in use, FIFO of packets,
 # pending credit returns, time a new head may bid, packets queued (source queues only), then the
@@ -129,7 +135,12 @@ State = namedtuple(
         "pi",  # i4[P, NPI]
         "pf",  # f8[P, 2] time the tail reached (or reaches) the packet's current buffer; time it
         # left its source queue (-1 until then)
-        "heap",  # f8[N, 3] (time, sequence, payload), 4-ary
+        "heap",  # f8[N + 3, 2] event times in column 0 (4-ary heap, node i in row i + 3)
+        "heapk",  # i8[N + 3, 2] the same memory: (sequence << 28 | payload) in column 1
+        "fq",  # f8[D * C, 2] one FIFO ring of C events per delay class (time, key as in heap)
+        "fqk",  # i8[D * C, 2] the same memory
+        "fqs",  # i8[D, 2] first slot and length of each ring
+        "fqh",  # f8[D] time of each ring's first event (inf when empty)
         "ctr",  # i8[NCTR]
     ],
 )
@@ -162,8 +173,28 @@ def make_net(lat: F8, bandwidth: F8, cap: I8, nvc: I4, cdelay: F8, fifo: U1, set
     ei[:, [EI_WHEAD, EI_WTAIL, EI_ACTIVE, EI_RHEAD, EI_RTAIL]] = -1
     if notify is not None:
         ei[:, EI_NOTIFY] = notify
+    ei[:, EI_DCLASS] = _delay_classes(ef[:, EF_LAT])
     return Net(ef, ei, np.ascontiguousarray(seg_ptr, np.int64), np.ascontiguousarray(seg_edge, np.int32),
                np.array([float(flit_bytes)]))
+
+
+#: at most this many delay classes get a FIFO of their own (the rest use the heap)
+_MAX_CLASSES = 16
+
+
+def _delay_classes(lat: F8) -> npt.NDArray[np.int64]:
+    """Delay class of every edge: the index of its latency among the most common ones, -1 for
+    the rest. Heads arrive ``now + latency`` after a grant, so the arrivals of one class are
+    scheduled in time order and a FIFO holds them sorted (see :func:`ev_push`)."""
+    out = np.full(lat.shape[0], -1, np.int64)
+    if not lat.size:
+        return out
+    values, counts = np.unique(lat, return_counts=True)
+    top = np.sort(values[np.argsort(-counts, kind="stable")[:_MAX_CLASSES]])
+    pos = np.searchsorted(top, lat)
+    hit = (pos < top.size) & (top[np.minimum(pos, top.size - 1)] == lat)
+    out[hit] = pos[hit]
+    return out
 
 
 def num_edges(net: Any) -> int:
@@ -181,10 +212,31 @@ def ring_slots(net: Any, min_packet_bytes: int, limit: int = 8) -> int:
     return int(min(max(1, most), limit))
 
 
+def _aligned(n: int) -> F8:
+    """``n`` zeroed float64 starting on a 64-byte boundary (a cache line)."""
+    raw = np.zeros(n + 8)
+    off = ((-raw.ctypes.data) % 64) // 8
+    return raw[off:off + n]
+
+
+def _new_heap(events: int) -> tuple[F8, I8]:
+    """An empty event heap of ``events`` slots: a float64 view (times) and an int64 view (keys)
+    of one buffer of 16-byte rows. Node ``i`` is row ``i + 3``, so the four children of a node
+    (rows ``4i + 4 .. 4i + 7``) fill exactly one cache line: a sift-down level costs one miss."""
+    buf = _aligned(2 * (events + 3)).reshape(events + 3, 2)
+    return buf, buf.view(np.int64)
+
+
+#: payload bits of a heap key; the sequence number is above them
+_PAY_BITS = 28
+
+
 def make_state(net: Any, packets: int, heap: int, ring: int) -> Any:
     """Fresh engine state for ``packets`` packet slots and a heap of ``heap`` events."""
     E = num_edges(net)
     P = max(1, packets)
+    if max(P, E) >= 1 << (_PAY_BITS - 3):
+        raise ValueError(f"too many packets or edges for the event queue ({max(P, E)})")
     buffered = net.ei[:, EI_VBASE] >= 0
     nrows = int(net.ei[buffered, EI_NVC].sum()) if E else 0
     width = VF_RING + 2 * ring
@@ -194,8 +246,19 @@ def make_state(net: Any, packets: int, heap: int, ring: int) -> Any:
     pi[:, [PI_VNEXT, PI_WNEXT, PI_RNEXT, PI_SEG1]] = -1
     ctr = np.zeros(NCTR, np.int64)
     ctr[C_RING] = ring
-    return State(net.ef.copy(), net.ei.copy(), np.zeros(max(1, E), np.int32), vf, pi, np.zeros((P, 2)),
-                 np.zeros((max(16, heap), 3)), ctr)
+    # an edge's float and int columns share one 128-byte block (two adjacent cache lines)
+    rows = _aligned(E * (NEF + NEI // 2)).reshape(E, NEF + NEI // 2)
+    ef = rows[:, :NEF]
+    ef[:] = net.ef
+    ei = rows[:, NEF:].view(np.int32)
+    ei[:] = net.ei
+    h, hk = _new_heap(max(16, heap))
+    # rings: a class holds at most one arrival per packet; beyond 2**18 events the heap takes them
+    D = max(1, int(net.ei[:, EI_DCLASS].max()) + 1 if E else 1)
+    C = 1 << min(18, max(4, int(P).bit_length()))
+    fq = _aligned(2 * D * C).reshape(D * C, 2)
+    return State(ef, ei, np.zeros(max(1, E), np.int32), vf, pi, np.zeros((P, 2)), h, hk, fq,
+                 fq.view(np.int64), np.zeros((D, 2), np.int64), np.full(D, INF), ctr)
 
 
 def edge_bytes(st: Any) -> npt.NDArray[np.int64]:
@@ -209,12 +272,17 @@ def edge_bytes(st: Any) -> npt.NDArray[np.int64]:
 
 def grow_heap(st: Any, events: int) -> Any:
     """A copy of ``st`` whose heap holds ``events`` events."""
-    old = int(st.heap.shape[0])
+    old = heap_capacity(st)
     if events <= old:
         return st
-    heap = np.zeros((events, 3))
-    heap[:old] = st.heap
-    return st._replace(heap=heap)
+    h, hk = _new_heap(events)
+    h[:old + 3] = st.heap
+    return st._replace(heap=h, heapk=hk)
+
+
+def heap_capacity(st: Any) -> int:
+    """Events the heap of ``st`` can hold."""
+    return int(st.heap.shape[0]) - 3
 
 
 # --- event heap --------------------------------------------------------------------------
@@ -222,28 +290,28 @@ def grow_heap(st: Any, events: int) -> Any:
 @_hot
 def heap_push(st: Any, t: float, pay: int) -> None:
     """Schedule payload ``pay`` at time ``t``; sets the overflow counter when the heap is full.
-    A 4-ary heap: half the depth of a binary one, and a node's children share cache lines."""
+    Keys are ``(time, sequence)``: equal times pop in insertion order."""
     h = st.heap
+    hk = st.heapk
     ctr = st.ctr
     n = ctr[C_HEAP_N]
-    if n >= h.shape[0]:
+    if n >= h.shape[0] - 3:
         ctr[C_OVERFLOW] = 1
         return
-    seq = float(ctr[C_SEQ])
+    key = (ctr[C_SEQ] << _PAY_BITS) | pay
     ctr[C_SEQ] += 1
     i = n
     while i > 0:
         parent = (i - 1) >> 2
-        pt = h[parent, 0]
-        if pt < t or (pt == t and h[parent, 1] < seq):
+        pt = h[parent + 3, 0]
+        # the new key's sequence is the largest yet: an equal time stays below its parent
+        if pt <= t:
             break
-        h[i, 0] = pt
-        h[i, 1] = h[parent, 1]
-        h[i, 2] = h[parent, 2]
+        h[i + 3, 0] = pt
+        hk[i + 3, 1] = hk[parent + 3, 1]
         i = parent
-    h[i, 0] = t
-    h[i, 1] = seq
-    h[i, 2] = float(pay)
+    h[i + 3, 0] = t
+    hk[i + 3, 1] = key
     ctr[C_HEAP_N] = n + 1
 
 
@@ -251,15 +319,15 @@ def heap_push(st: Any, t: float, pay: int) -> None:
 def heap_pop(st: Any) -> tuple[float, int]:
     """Remove and return ``(time, payload)`` of the earliest event (the heap must not be empty)."""
     h = st.heap
+    hk = st.heapk
     ctr = st.ctr
     n = ctr[C_HEAP_N] - 1
-    t0 = h[0, 0]
-    p0 = int(h[0, 2])
+    t0 = h[3, 0]
+    p0 = hk[3, 1] & ((1 << _PAY_BITS) - 1)
     ctr[C_HEAP_N] = n
     if n > 0:
-        t = h[n, 0]
-        s = h[n, 1]
-        p = h[n, 2]
+        t = h[n + 3, 0]
+        s = hk[n + 3, 1]
         i = 0
         while True:
             c = 4 * i + 1
@@ -267,18 +335,21 @@ def heap_pop(st: Any) -> tuple[float, int]:
                 break
             end = c + 4 if c + 4 <= n else n
             best = c
+            bt = h[c + 3, 0]
+            bs = hk[c + 3, 1]
             for k in range(c + 1, end):
-                if h[k, 0] < h[best, 0] or (h[k, 0] == h[best, 0] and h[k, 1] < h[best, 1]):
+                kt = h[k + 3, 0]
+                if kt < bt or (kt == bt and hk[k + 3, 1] < bs):
                     best = k
-            if t < h[best, 0] or (t == h[best, 0] and s < h[best, 1]):
+                    bt = kt
+                    bs = hk[k + 3, 1]
+            if t < bt or (t == bt and s < bs):
                 break
-            h[i, 0] = h[best, 0]
-            h[i, 1] = h[best, 1]
-            h[i, 2] = h[best, 2]
+            h[i + 3, 0] = bt
+            hk[i + 3, 1] = bs
             i = best
-        h[i, 0] = t
-        h[i, 1] = s
-        h[i, 2] = p
+        h[i + 3, 0] = t
+        hk[i + 3, 1] = s
     return t0, p0
 
 
@@ -286,7 +357,178 @@ def heap_pop(st: Any) -> tuple[float, int]:
 def heap_top_time(st: Any) -> float:
     if st.ctr[C_HEAP_N] == 0:
         return INF
-    return st.heap[0, 0]
+    return st.heap[3, 0]
+
+
+# --- the event queue: the heap plus one FIFO per delay class ------------------------------
+#
+# Most events are head arrivals at ``now + latency`` of the granted edge, and a topology has few
+# distinct latencies. Arrivals of one latency are pushed in time order, so a FIFO ring per
+# latency keeps them sorted at O(1) cost and with sequential memory access; the heap keeps the
+# rest. A pop takes the smallest ``(time, sequence)`` over the heap and the ring heads: the
+# order is exactly that of a single heap, so results are unchanged. Knowing the next arrivals of
+# each class also lets the loop prefetch the rows they will touch.
+
+def _prefetch_typer(typingctx: Any, arr: Any, row: Any) -> Any:
+    """``_prefetch(arr, row)``: hint the CPU to fetch the cache line of ``arr[row, 0]`` (no
+    effect on results; a hint never faults)."""
+    if not (isinstance(arr, types.Array) and arr.ndim == 2 and isinstance(row, types.Integer)):
+        return None
+    sig = types.void(arr, row)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        aryty = signature.args[0]
+        ary = context.make_array(aryty)(context, builder, args[0])
+        r = context.cast(builder, args[1], signature.args[1], types.intp)
+        zero = context.get_constant(types.intp, 0)
+        ptr = cgutils.get_item_pointer2(context, builder, data=ary.data,
+                                        shape=cgutils.unpack_tuple(builder, ary.shape),
+                                        strides=cgutils.unpack_tuple(builder, ary.strides),
+                                        layout=aryty.layout, inds=[r, zero], wraparound=False,
+                                        boundscheck=False)
+        i8p = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+        builder.call(fn, [builder.bitcast(ptr, i8p), i32(0), i32(3), i32(1)])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+_prefetch: Any = intrinsic(_prefetch_typer)
+
+
+@_hot
+def ev_push(st: Any, cls: int, t: float, pay: int) -> None:
+    """Schedule payload ``pay`` at ``t`` in delay class ``cls``'s ring when it keeps the ring
+    sorted and fits, else in the heap."""
+    if cls >= 0:
+        fqs = st.fqs
+        C = st.fq.shape[0] // fqs.shape[0]
+        n = fqs[cls, 1]
+        if n < C:
+            last = cls * C + ((fqs[cls, 0] + n - 1) & (C - 1))
+            if n == 0 or st.fq[last, 0] <= t:
+                ctr = st.ctr
+                r = cls * C + ((fqs[cls, 0] + n) & (C - 1))
+                st.fq[r, 0] = t
+                st.fqk[r, 1] = (ctr[C_SEQ] << _PAY_BITS) | pay
+                ctr[C_SEQ] += 1
+                fqs[cls, 1] = n + 1
+                ctr[C_FQ_N] += 1
+                if n == 0:
+                    st.fqh[cls] = t
+                return
+    heap_push(st, t, pay)
+
+
+@_hot
+def ev_count(st: Any) -> int:
+    return st.ctr[C_HEAP_N] + st.ctr[C_FQ_N]
+
+
+@_hot
+def ev_top_time(st: Any) -> float:
+    t = heap_top_time(st)
+    fqh = st.fqh
+    for c in range(fqh.shape[0]):
+        if fqh[c] < t:
+            t = fqh[c]
+    return t
+
+
+@_hot
+def _prefetch_packet(net: Any, st: Any, key: int) -> None:
+    """Prefetch the packet row of an upcoming arrival."""
+    pay = key & ((1 << _PAY_BITS) - 1)
+    if pay & 7 == EV_ARRIVE:
+        p = pay >> 3
+        _prefetch(st.pi, p)
+        _prefetch(st.pf, p)
+
+
+@_hot
+def _prefetch_edges(net: Any, st: Any, key: int) -> None:
+    """Prefetch the rows of the edge an upcoming arrival lands on and of the edge it asks for
+    next (its packet row was prefetched earlier)."""
+    pay = key & ((1 << _PAY_BITS) - 1)
+    if pay & 7 == EV_ARRIVE:
+        p = pay >> 3
+        e = cur_edge(net, st, p)
+        _prefetch(st.ei, e)
+        _prefetch(st.ef, e)
+        pos = st.pi[p, PI_POS] + 1
+        if pos < st.pi[p, PI_END]:
+            e2 = net.seg_edge[pos] + st.pi[p, PI_BASE0 + st.pi[p, PI_LEG]]
+            _prefetch(st.ei, e2)
+            _prefetch(st.ef, e2)
+
+
+@_hot
+def _prefetch_vcs(net: Any, st: Any, key: int) -> None:
+    """Prefetch the virtual-channel rows an upcoming arrival touches: its own in the buffer it
+    lands in and the next one the round-robin pointer of its next edge offers."""
+    pay = key & ((1 << _PAY_BITS) - 1)
+    if pay & 7 == EV_ARRIVE:
+        p = pay >> 3
+        e = cur_edge(net, st, p)
+        k = st.ei[e, EI_VBASE]
+        if k >= 0:
+            _prefetch(st.vf, k + st.pi[p, PI_VC])
+        pos = st.pi[p, PI_POS] + 1
+        if pos < st.pi[p, PI_END]:
+            e2 = net.seg_edge[pos] + st.pi[p, PI_BASE0 + st.pi[p, PI_LEG]]
+            k2 = st.ei[e2, EI_VBASE]
+            if k2 >= 0:
+                _prefetch(st.vf, k2 + st.ei[e2, EI_RR])
+
+
+@_hot
+def ev_pop(net: Any, st: Any) -> tuple[float, int]:
+    """Remove and return ``(time, payload)`` of the earliest event (the queue must not be empty)."""
+    fqh = st.fqh
+    best = -1
+    bt = heap_top_time(st)
+    for c in range(fqh.shape[0]):
+        t = fqh[c]
+        if t < bt:
+            best = c
+            bt = t
+        elif t == bt and t < INF:
+            C = st.fq.shape[0] // fqh.shape[0]
+            key = st.fqk[c * C + st.fqs[c, 0], 1]
+            other = st.heapk[3, 1] if best < 0 else st.fqk[best * C + st.fqs[best, 0], 1]
+            if key < other:
+                best = c
+    if best < 0:
+        return heap_pop(st)
+    fqs = st.fqs
+    C = st.fq.shape[0] // fqh.shape[0]
+    h = fqs[best, 0]
+    key = st.fqk[best * C + h, 1]
+    n = fqs[best, 1] - 1
+    h = (h + 1) & (C - 1)
+    fqs[best, 0] = h
+    fqs[best, 1] = n
+    st.ctr[C_FQ_N] -= 1
+    if n > 0:
+        fqh[best] = st.fq[best * C + h, 0]
+        if n > _PF_AHEAD:
+            _prefetch_packet(net, st, st.fqk[best * C + ((h + _PF_AHEAD) & (C - 1)), 1])
+        if n > _PF_EDGES:
+            _prefetch_edges(net, st, st.fqk[best * C + ((h + _PF_EDGES) & (C - 1)), 1])
+        if n > _PF_VCS:
+            _prefetch_vcs(net, st, st.fqk[best * C + ((h + _PF_VCS) & (C - 1)), 1])
+    else:
+        fqh[best] = INF
+    return bt, key & ((1 << _PAY_BITS) - 1)
+
+
+#: how many events ahead in a ring the loop prefetches packet rows
+_PF_AHEAD = 8
+_PF_EDGES = 3
+_PF_VCS = 1
 
 
 # --- paths -------------------------------------------------------------------------------
@@ -521,7 +763,7 @@ def _grant(net: Any, st: Any, p: int, ein: int, e: int, v: int, leg: int, pos: i
             pi[tail, PI_VNEXT] = p
         vf[kk, VF_TAIL] = p
     st.pf[p, 0] = t_lf + lat
-    heap_push(st, now + lat, EV_ARRIVE | (p << 3))
+    ev_push(st, ei[e, EI_DCLASS], now + lat, EV_ARRIVE | (p << 3))
 
 
 @_hot
@@ -716,11 +958,11 @@ def noc_loop(net: Any, st: Any, b_time: Any, b_seg: Any, b_size: Any, deliver: A
     now = 0.0
     margin = 4 * st.ef.shape[0] + 64
     while pending > 0:
-        if st.ctr[C_HEAP_N] + margin > st.heap.shape[0]:
+        if st.ctr[C_HEAP_N] + margin > st.heap.shape[0] - 3:
             pos[0] = i
             pos[1] = pending
             return 1
-        th = heap_top_time(st)
+        th = ev_top_time(st)
         tb = b_time[i] if i < nb else INF
         if th == INF and tb == INF:
             break
@@ -733,7 +975,7 @@ def noc_loop(net: Any, st: Any, b_time: Any, b_seg: Any, b_size: Any, deliver: A
             init_packet(net, st, p, b_seg[p], 0, b_size[p], -1, 0, 0)
             enter(net, st, p, now, now)
         else:
-            now, pay = heap_pop(st)
+            now, pay = ev_pop(net, st)
             st.ctr[C_POPPED] += 1
             kind = pay & 7
             x = pay >> 3
@@ -1274,10 +1516,10 @@ def replay_loop(net: Any, st: Any, R: Any) -> int:
         drain_arbitrations(net, st, 0.0)
     margin = 16 * R.par_i[P_LIMIT] + 16 * 1024
     tracing = R.par_f[F_TRACE_DT] > 0.0
-    while st.ctr[C_HEAP_N] > 0:
-        if st.ctr[C_HEAP_N] + margin > st.heap.shape[0]:
+    while ev_count(st) > 0:
+        if st.ctr[C_HEAP_N] + margin > st.heap.shape[0] - 3:
             return NEED_HEAP
-        now, pay = heap_pop(st)
+        now, pay = ev_pop(net, st)
         st.ctr[C_POPPED] += 1
         if tracing:
             _trace_sample(st, R, now)

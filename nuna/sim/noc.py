@@ -236,7 +236,7 @@ def simulate_packets(mesh: MeshNet, birth: np.ndarray, src: np.ndarray, dst: np.
             break
         if status == 2:
             raise RuntimeError("engine event heap overflowed inside one step (a bug)")
-        st = eng.grow_heap(st, 2 * st.heap.shape[0])
+        st = eng.grow_heap(st, 2 * eng.heap_capacity(st))
     return deliver, int(st.ctr[eng.C_EVENTS])
 
 

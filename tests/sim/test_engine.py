@@ -35,6 +35,60 @@ def test_heap_pops_in_time_then_insertion_order(raw: list[int]) -> None:
     assert out_t.tolist() == [times[i] for i in expected]
 
 
+@njit
+def _queue_ops(net, state, cls, times, out_t, out_p):  # type: ignore[no-untyped-def]
+    k = 0
+    pushed = 0
+    for i in range(cls.shape[0]):
+        if cls[i] == -2:
+            if eng.ev_count(state) > 0:
+                t, p = eng.ev_pop(net, state)
+                out_t[k] = t
+                out_p[k] = p >> 3
+                k += 1
+        else:
+            eng.ev_push(state, cls[i], times[i], (pushed << 3) | eng.EV_WAKE)
+            pushed += 1
+    while eng.ev_count(state) > 0:
+        t, p = eng.ev_pop(net, state)
+        out_t[k] = t
+        out_p[k] = p >> 3
+        k += 1
+    return k
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(-2, 2), st.integers(0, 12)), min_size=1, max_size=200))
+def test_event_queue_pops_like_one_heap(ops: list[tuple[int, int]]) -> None:
+    """Delay-class rings plus the heap pop in exactly ``(time, insertion)`` order, whatever the
+    push order: out-of-order pushes and pushes into a full ring (16 slots) fall back to the heap."""
+    import heapq
+
+    mesh = noc.build_mesh(2, 1)
+    state = eng.make_state(mesh.net, 1, len(ops) + 16, 1)
+    classes, slots = 3, 16
+    fq = np.zeros((classes * slots, 2))
+    state = state._replace(fq=fq, fqk=fq.view(np.int64), fqs=np.zeros((classes, 2), np.int64),
+                           fqh=np.full(classes, np.inf))
+    cls = np.array([c for c, _ in ops], np.int64)
+    times = np.array([t for _, t in ops], np.float64) * 0.5  # many ties on purpose
+    out_t = np.zeros(len(ops))
+    out_p = np.zeros(len(ops), np.int64)
+    n = _queue_ops(mesh.net, state, cls, times, out_t, out_p)
+
+    ref: list[tuple[float, int]] = []
+    expected: list[tuple[float, int]] = []
+    for c, t in zip(cls.tolist(), times.tolist(), strict=True):
+        if c == -2:
+            if ref:
+                expected.append(heapq.heappop(ref))
+        else:
+            heapq.heappush(ref, (t, len(ref) + len(expected)))
+    expected += [heapq.heappop(ref) for _ in range(len(ref))]
+    assert n == len(expected)
+    assert list(zip(out_t[:n].tolist(), out_p[:n].tolist(), strict=True)) == expected
+
+
 @settings(max_examples=15, deadline=None)
 @given(width=st.integers(2, 4), height=st.integers(1, 4), rate=st.floats(0.05, 0.9),
        flits=st.integers(1, 4), router=st.sampled_from(noc.ROUTERS), seed=st.integers(0, 10_000))
