@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from enum import StrEnum
@@ -73,6 +74,7 @@ def show(
     if as_json:
         payload = summary.as_dict()
         payload["description"] = spec.description
+        payload["router"] = dataclasses.asdict(spec.router)
         payload["calibration"] = [
             {
                 "key": r.key,
@@ -95,6 +97,12 @@ def show(
     typer.echo(
         f"  scale-up: {spec.scaleup.kind}, round trip {summary.scaleup_round_trip_ns:.1f} ns; "
         f"memory access {summary.memory_access_latency_ns:.1f} ns"
+    )
+    rt = spec.router
+    typer.echo(
+        f"  routers: {rt.vcs} VCs x {rt.vc_buffer_flits} flits, credits back after "
+        f"{rt.credit_delay_cycles:g} cycles, head set-up {rt.head_setup_cycles:g} cycles "
+        f"(cycle = {chip.noc_hop_latency_ns / 5:g} ns)"
     )
     typer.echo("uncontended latency (uniform over CUs, ports and stacks):")
     typer.echo(_spread_line("CU -> I/O port", summary.cu_to_port))

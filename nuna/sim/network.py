@@ -62,13 +62,19 @@ class RouterParams:
     Defaults: the BookSim 2 setting of ``shared/reference/noc-reference-8x8.md``: 4 VCs x 8-flit
     buffers, credit_delay 1 plus a 1-cycle credit channel (the credits of a flit are back 2 cycles
     after it left), route computation + VC allocation (2 pipeline stages) redone by a packet
-    that becomes head of its VC behind another one."""
+    that becomes head of its VC behind another one. The replay takes them from the topology's
+    ``[router]`` table (:meth:`from_topology`) unless it is given others."""
 
     vcs: int = 4
     vc_buffer_flits: int = 8
     credit_delay_cycles: float = 2.0
     head_setup_cycles: float = 2.0
     input_queued: bool = True  # False: ideal output queues everywhere (for comparison)
+
+    @classmethod
+    def from_topology(cls, spec: TopologySpec, input_queued: bool = True) -> RouterParams:
+        r = spec.router
+        return cls(r.vcs, r.vc_buffer_flits, r.credit_delay_cycles, r.head_setup_cycles, input_queued)
 
 
 @dataclass(frozen=True, eq=False)
@@ -137,7 +143,7 @@ def _wrap(table: PathTable, prefix: I64 | None, suffix: I64 | None) -> tuple[I64
 def build_pod_net(spec: TopologySpec, ngpus: int, router: RouterParams | None = None,
                   element_bytes: int = 4, issue_queue: int = 4) -> PodNet:
     """Engine network of a pod of ``ngpus`` GPUs of ``spec`` (see the module docstring)."""
-    prm = router or RouterParams()
+    prm = router or RouterParams.from_topology(spec)
     chip = spec.chip
     geo = chip_geometry(chip)
     layout = pod_layout(spec, ngpus)

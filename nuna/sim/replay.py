@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -53,7 +53,7 @@ class SimOptions:
 
     request_bytes: int = 64  # a read request: command and address, a quarter flit
     element_bytes: int = 4  # fp32, the nccl-tests default type: sets the CU's reduction rate
-    router: RouterParams = field(default_factory=RouterParams)
+    router: RouterParams | None = None  # None: the topology's [router] table
     auto_max_jobs: int = 1_500_000  # "auto" grows packets until about this many remain
     max_packet_bytes: int = 1 << 16
     hist_bin_ns: float = 1.0
@@ -64,7 +64,7 @@ class SimOptions:
 
 
 @functools.lru_cache(maxsize=4)
-def _pod_net(spec: TopologySpec, ngpus: int, router: RouterParams, element_bytes: int,
+def _pod_net(spec: TopologySpec, ngpus: int, router: RouterParams | None, element_bytes: int,
              issue_queue: int) -> PodNet:
     return build_pod_net(spec, ngpus, router, element_bytes, issue_queue)
 
@@ -333,7 +333,7 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *, packet
     while True:
         status = eng.replay_loop(net.net, st, R)
         if status == eng.NEED_HEAP:
-            st = eng.grow_heap(st, 2 * st.heap.shape[0])
+            st = eng.grow_heap(st, 2 * eng.heap_capacity(st))
             continue
         if status != eng.DONE:
             raise SimulationError(f"internal error: replay pools overflowed "

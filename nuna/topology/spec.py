@@ -1,11 +1,13 @@
 """Topology specs: the frozen description of a chip and its scale-up network, read from TOML.
 
 A topology file (``topologies/<name>.toml``, documented in ``topologies/README.md``) has
-top-level ``format = 1``, ``name`` and ``description`` strings and two tables, ``[chip]`` and
-``[scaleup]``. Every parameter is an inline table ``{ value = ..., source = "..." }``: the
-source says where the number comes from (the paper, a public figure with its citation, or the
-calibration). Units are part of every key name (``*_ns``, ``*_gbps`` = GB/s = bytes per ns,
-``*_bytes``, ``*_gflops`` = GFLOP/s = flops per ns); bandwidths may be ``inf`` (no limit).
+top-level ``format = 1``, ``name`` and ``description`` strings, two tables, ``[chip]`` and
+``[scaleup]``, and an optional ``[router]`` table (the on-chip routers' virtual channels, buffers
+and pipeline; BookSim 2's setting when absent). Every parameter is an inline table
+``{ value = ..., source = "..." }``: the source says where the number comes from (the paper,
+a public figure with its citation, or the calibration). Units are part of every key name
+(``*_ns``, ``*_gbps`` = GB/s = bytes per ns, ``*_bytes``, ``*_gflops`` = GFLOP/s = flops per
+ns, ``*_cycles`` = router cycles); bandwidths may be ``inf`` (no limit).
 
 ``chip.kind`` selects the schema: ``"mesh"`` (dies of routers in a global X-then-Y mesh, I/O
 ports on the two short edges, HBM stacks on the two long edges) or ``"flat"`` (no NoC: one
@@ -127,6 +129,27 @@ class ScaleUpSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class RouterSpec:
+    """The NoC's input-queued routers (the simulator's flit model, ``docs/simulator.md`` §1).
+    Cycles are router cycles: ``chip.noc_hop_latency_ns / 5``, as a mesh hop is BookSim's
+    4 router stages plus 1 link cycle. The defaults are BookSim 2's setting of the validation
+    (``shared/reference/noc-reference-8x8.md``): 4 VCs of 8 flits, credits back 2 cycles after
+    the flit left (credit_delay 1 plus a 1-cycle channel), 2 cycles of route computation and
+    VC allocation for a packet that becomes head of its VC behind another one."""
+
+    vcs: int = 4
+    vc_buffer_flits: int = 8
+    credit_delay_cycles: float = 2.0
+    head_setup_cycles: float = 2.0
+
+
+#: source note of a router parameter a file leaves out
+ROUTER_DEFAULT_SOURCE = (
+    "default: BookSim 2 setting of the NoC validation (shared/reference/noc-reference-8x8.md)"
+)
+
+
+@dataclass(frozen=True, slots=True)
 class TopologySpec:
     """A chip plus the scale-up network joining copies of it. ``sources`` maps each dotted key
     (``chip.noc_hop_latency_ns``) to its source note; it and ``path`` are provenance only and
@@ -136,6 +159,7 @@ class TopologySpec:
     description: str
     chip: ChipSpec
     scaleup: ScaleUpSpec
+    router: RouterSpec = RouterSpec()
     sources: tuple[tuple[str, str], ...] = field(default=(), compare=False)
     path: str | None = field(default=None, compare=False)
 
@@ -198,6 +222,13 @@ _SCALEUP: dict[str, _Key] = {
     "link_bandwidth_gbps": _BW,
     "switch_latency_ns": _LAT,
     "switch_port_bandwidth_gbps": _BW,
+}
+
+_ROUTER: dict[str, _Key] = {
+    "vcs": _Key(int, 1, 64),
+    "vc_buffer_flits": _Key(int, 1, 1 << 16),
+    "credit_delay_cycles": _Key(float, 0.0, 1e6),
+    "head_setup_cycles": _Key(float, 0.0, 1e6),
 }
 
 _CHIP_KINDS = ("mesh", "flat")
@@ -296,7 +327,7 @@ class _Parser:
         return TopologyError(f"{self.where}: {key}: {problem}")
 
     def topology(self, doc: Mapping[str, Any]) -> TopologySpec:
-        allowed = {"format", "name", "description", "chip", "scaleup"}
+        allowed = {"format", "name", "description", "chip", "scaleup", "router"}
         for key in doc:
             if key not in allowed:
                 raise self.fail(key, f"unknown key (expected one of {', '.join(sorted(allowed))})")
@@ -311,7 +342,8 @@ class _Parser:
         description = self.string(doc, "description")
         chip = self.chip(self.table(doc, "chip"))
         scaleup = self.scaleup(self.table(doc, "scaleup"))
-        return TopologySpec(name, description, chip, scaleup, tuple(self.sources), self.where)
+        router = self.router(self.table(doc, "router") if "router" in doc else {})
+        return TopologySpec(name, description, chip, scaleup, router, tuple(self.sources), self.where)
 
     def string(self, doc: Mapping[str, Any], key: str) -> str:
         value = doc[key]
@@ -429,6 +461,19 @@ class _Parser:
                 "chip.hbm_stack_capacity_bytes",
                 f"{chip.hbm_stack_capacity_bytes} is not a whole number of {chip.page_bytes}-byte pages",
             )
+
+    def router(self, table: Mapping[str, Any]) -> RouterSpec:
+        """``[router]``: every key optional; a missing one takes BookSim's value, noted as such."""
+        for key in table:
+            if key not in _ROUTER:
+                raise self.fail(f"router.{key}", "unknown key")
+        values: dict[str, Any] = {}
+        for key, rule in _ROUTER.items():
+            if key in table:
+                values[key] = self.number("router", table, key, rule)
+            else:
+                self.sources.append((f"router.{key}", ROUTER_DEFAULT_SOURCE))
+        return RouterSpec(**values)
 
     def scaleup(self, table: Mapping[str, Any]) -> ScaleUpSpec:
         kind = self.choice("scaleup", table, "kind", _SCALEUP_KINDS)

@@ -24,9 +24,11 @@ def test_every_shipped_topology_loads_and_has_a_source_per_value() -> None:
         spec = load_topology(name)
         assert spec.name == name
         text = (REPO / "topologies" / f"{name}.toml").read_text()
-        # one source note per { value = ... } entry in the file
-        assert len(spec.sources) == len(re.findall(r"(?m)^\w+ = \{ value =", text))
+        # one source note per { value = ... } entry in the file, plus the defaults it leaves out
+        from_file = [key for key, note in spec.sources if not note.startswith("default:")]
+        assert len(from_file) == len(re.findall(r"(?m)^\w+ = \{ value =", text))
         assert all(note.strip() for _, note in spec.sources)
+        assert {key for key, _ in spec.sources} >= {f"router.{k}" for k in ("vcs", "vc_buffer_flits")}
 
 
 def test_package_data_copies_equal_the_topologies_folder() -> None:
@@ -114,6 +116,12 @@ BAD_FILES = {
         r"chip\.io_ports: 14 ports",
     ),
     "format": (_mutate("format = 1", "format = 2"), r"format: unsupported format 2"),
+    "router unknown key": (GOOD.replace("[router]", "[router]\nlanes = { value = 2, source = \"x\" }", 1),
+                           r"router\.lanes: unknown key"),
+    "router zero vcs": (_mutate("vcs = { value = 4,", "vcs = { value = 0,"),
+                        r"router\.vcs: value 0 out of range"),
+    "router float vcs": (_mutate("vcs = { value = 4,", "vcs = { value = 4.5,"),
+                         r"router\.vcs: expected an integer"),
 }
 
 
@@ -164,6 +172,20 @@ def test_flat_kind_rejects_mesh_keys() -> None:
     text = text.replace("[chip]\n", '[chip]\ndie_cols = { value = 2, source = "x" }\n', 1)
     with pytest.raises(TopologyError, match=r"chip\.die_cols: unknown key"):
         parse_topology(text, "flat.toml")
+
+
+def test_router_table_is_optional_and_a_missing_key_is_noted_as_booksims() -> None:
+    spec = load_topology("nuna-4die")
+    assert (spec.router.vcs, spec.router.vc_buffer_flits) == (4, 8)
+    assert (spec.source("router.vcs") or "").startswith("assumed: BookSim 2")
+    text = re.sub(r"(?m)^vc_buffer_flits = .*\n", "", GOOD)
+    text = text.replace("vcs = { value = 4,", "vcs = { value = 2,")
+    partial = parse_topology(text)
+    assert (partial.router.vcs, partial.router.vc_buffer_flits) == (2, 8)
+    assert (partial.source("router.vc_buffer_flits") or "").startswith("default: BookSim 2")
+    without = parse_topology(GOOD[: GOOD.index("[router]")])
+    assert without.router == spec.router
+    assert without == spec  # same values, other sources
 
 
 def test_sources_do_not_affect_equality() -> None:
