@@ -268,8 +268,11 @@ def figure_data(name: str, records: Sequence[Mapping[str, Any]]) -> dict[str, An
 
 
 def _speedup_bars(ax: Axes, rows: Sequence[Mapping[str, Any]], groups: Sequence[Any], group_of: Callable[
-        [Mapping[str, Any]], Any], configs: Sequence[str], labels: Sequence[str]) -> None:
-    """Grouped bars: one group per entry of ``groups``, one bar per configuration."""
+        [Mapping[str, Any]], Any], configs: Sequence[str], labels: Sequence[str],
+                  scale_rows: Sequence[Mapping[str, Any]] | None = None) -> None:
+    """Grouped bars: one group per entry of ``groups``, one bar per configuration. The y axis
+    fits the tallest bar of ``scale_rows`` (default ``rows``): axes that share their y axis must
+    all pass the rows of every panel, or the last one drawn would clip the others."""
     width = 0.8 / max(1, len(configs))
     for c, config in enumerate(configs):
         xs, ys = [], []
@@ -283,7 +286,8 @@ def _speedup_bars(ax: Axes, rows: Sequence[Mapping[str, Any]], groups: Sequence[
     ax.axhline(1.0, color="black", linewidth=0.6, linestyle="--")
     ax.set_xticks(range(len(groups)), list(labels))
     # headroom above the tallest bar for the legend
-    tallest = max((r["speedup"] for r in rows if r["speedup"] is not None), default=1.0)
+    scale = rows if scale_rows is None else scale_rows
+    tallest = max((r["speedup"] for r in scale if r["speedup"] is not None), default=1.0)
     ax.set_ylim(0.0, 1.35 * max(1.0, tallest))
 
 
@@ -316,7 +320,8 @@ def _render_fig9(fig: Figure, data: Mapping[str, Any]) -> None:
         for j, n in enumerate(gpus):
             ax = axes[i][j]
             sub = [r for r in rows if r["collective"] == coll and r["gpus"] == n]
-            _speedup_bars(ax, sub, sizes, lambda r: r["size_bytes"], configs, [format_size(s) for s in sizes])
+            _speedup_bars(ax, sub, sizes, lambda r: r["size_bytes"], configs, [format_size(s) for s in sizes],
+                          scale_rows=rows)
             ax.set_title(f"{coll}, {n} GPUs", fontsize=8)
             ax.tick_params(labelsize=6)
             if j == 0:

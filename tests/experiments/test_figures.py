@@ -132,6 +132,16 @@ def test_fig10_marks_mean_and_max_on_each_histogram() -> None:
         assert ax.get_xlabel() == "remote store latency (ns)"
 
 
+def test_fig9_shared_y_axis_fits_the_tallest_bar_of_any_panel() -> None:
+    """The panels share their y axis: a tall bar in the first panel must not be clipped by the
+    limit a later, flatter panel would pick for itself."""
+    records = [record("UA", 100.0, gpus=2), record("NAP+NAR", 50.0, gpus=2),
+               record("UA", 100.0, gpus=8), record("NAP+NAR", 90.0, gpus=8)]
+    fig = render("fig9", figure_data("fig9", records))
+    for ax in fig.axes:
+        assert ax.get_ylim()[1] >= 2.0
+
+
 def test_fig11_shows_every_configuration_per_size() -> None:
     configs = ["UA", "UA+NAR", "NUMA", "NUMA+NAR", "NAP*", "NAP*+NAR", "NAP", "NAP+NAR"]
     records = [record(c, 100.0 + i, size=s) for s in (100_000, 10**7) for i, c in enumerate(configs)]
