@@ -45,6 +45,8 @@ class ConfigRow:
     latency_max_ns: float
     load_hops: float
     remote_store_hops: float
+    remote_store_sender_hops: float
+    remote_store_receiver_hops: float
     die_crossing_bytes: int
     port_balance: float
     ports_used: int
@@ -126,6 +128,8 @@ def compare(plan: Plan, spec: TopologySpec, size_bytes: int, configs: Sequence[s
             latency_mean_ns=lat.mean_ns, latency_p99_ns=lat.p99_ns, latency_max_ns=lat.max_ns,
             load_hops=result.noc_hops.get("load_mean", 0.0),
             remote_store_hops=result.noc_hops.get("remote_store_mean", 0.0),
+            remote_store_sender_hops=result.noc_hops.get("remote_store_sender_mean", 0.0),
+            remote_store_receiver_hops=result.noc_hops.get("remote_store_receiver_mean", 0.0),
             die_crossing_bytes=result.die_crossing_bytes, port_balance=balance, ports_used=used,
             tbs_per_domain=_tbs_per_domain(plan, spec, cus, g_count), domains_counted=g_count,
             threadblocks_moved=int((cus != ref_cus).sum()), pages_moved=int((pages != ref_pages).sum()),
@@ -143,6 +147,8 @@ _ROWS: tuple[tuple[str, str], ...] = (
     ("remote store max (ns)", "max"),
     ("NoC hops/flit, load", "load_hops"),
     ("NoC hops/flit, remote store", "remote_store_hops"),
+    ("  sender: CU -> I/O port", "remote_store_sender_hops"),
+    ("  receiver: I/O port -> HBM", "remote_store_receiver_hops"),
     ("die-crossing bytes", "die"),
     ("I/O port max/mean", "balance"),
     ("I/O ports used", "ports"),
@@ -160,6 +166,8 @@ def _cell(row: ConfigRow, key: str) -> str:
         "mean": f"{row.latency_mean_ns:.0f}", "p99": f"{row.latency_p99_ns:.0f}",
         "max": f"{row.latency_max_ns:.0f}", "load_hops": f"{row.load_hops:.1f}",
         "remote_store_hops": f"{row.remote_store_hops:.1f}", "die": f"{row.die_crossing_bytes:,}",
+        "remote_store_sender_hops": f"{row.remote_store_sender_hops:.1f}",
+        "remote_store_receiver_hops": f"{row.remote_store_receiver_hops:.1f}",
         "balance": f"{row.port_balance:.2f}", "ports": str(row.ports_used),
         "tbs": f"{'/'.join(str(n) for n in row.tbs_per_domain)} (G={row.domains_counted})",
         "moved": str(row.threadblocks_moved), "pages": f"{row.pages_moved:,}",

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from nuna.passes import PassContext, apply_config, choose_granularity
-from nuna.passes.report import compare
+from nuna.passes.report import compare, format_comparison
 from nuna.plan.generate import generate
 from nuna.plan.xml import dump, load
 from nuna.sim.replay import simulate
@@ -85,6 +85,9 @@ def test_compare_reports_the_simulation(spec: TopologySpec) -> None:
     assert nap.speedup == pytest.approx(ua.time_ns / ref.time_ns)
     assert nap.latency_mean_ns == ref.remote_store_latency.mean_ns
     assert nap.die_crossing_bytes == ref.die_crossing_bytes
+    assert nap.remote_store_sender_hops == ref.noc_hops["remote_store_sender_mean"]
+    assert nap.remote_store_receiver_hops == ref.noc_hops["remote_store_receiver_mean"]
+    assert "sender: CU -> I/O port" in format_comparison(c)
     assert sum(nap.tbs_per_domain) == sum(len(g.threadblocks) for g in plan.gpus)
     assert nap.domains_counted == 4
     assert nap.ports_used == int((ref.port_egress_bytes > 0).sum())

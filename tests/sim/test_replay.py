@@ -100,6 +100,11 @@ def test_bytes_sent_equal_bytes_landed(spec, collective: str, algo: str, ngpus: 
     assert int(res.port_egress_bytes.sum()) == int(res.sent_bytes.sum())
     assert int(res.port_ingress_bytes.sum()) == int(res.sent_bytes.sum())
     assert np.isfinite(res.node_t_end).all()
+    hops = res.noc_hops
+    # a remote store's hops are its sender's (CU -> I/O port) plus its receiver's (port -> HBM)
+    assert hops["remote_store_sender_mean"] + hops["remote_store_receiver_mean"] == pytest.approx(
+        hops["remote_store_mean"])
+    assert min(hops["remote_store_sender_mean"], hops["remote_store_receiver_mean"]) > 0
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
