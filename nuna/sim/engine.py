@@ -398,6 +398,12 @@ def _prefetch_typer(typingctx: Any, arr: Any, row: Any) -> Any:
 
 _prefetch: Any = intrinsic(_prefetch_typer)
 
+#: how many events ahead in a ring the loop prefetches packet rows, then (once those are in
+#: cache) edge rows, then virtual-channel rows: each stage needs the rows of the one before
+_PF_AHEAD = 8
+_PF_EDGES = 3
+_PF_VCS = 1
+
 
 @_hot
 def ev_push(st: Any, cls: int, t: float, pay: int) -> None:
@@ -458,30 +464,29 @@ def _prefetch_edges(net: Any, st: Any, key: int) -> None:
         e = cur_edge(net, st, p)
         _prefetch(st.ei, e)
         _prefetch(st.ef, e)
-        pos = st.pi[p, PI_POS] + 1
-        if pos < st.pi[p, PI_END]:
-            e2 = net.seg_edge[pos] + st.pi[p, PI_BASE0 + st.pi[p, PI_LEG]]
+        leg, pos, _ = next_pos(net, st, p)
+        if leg >= 0:
+            e2 = edge_of(net, st, p, leg, pos)
             _prefetch(st.ei, e2)
             _prefetch(st.ef, e2)
 
 
 @_hot
 def _prefetch_vcs(net: Any, st: Any, key: int) -> None:
-    """Prefetch the virtual-channel rows an upcoming arrival touches: its own in the buffer it
-    lands in and the next one the round-robin pointer of its next edge offers."""
+    """Prefetch the virtual-channel rows an upcoming arrival touches (its edges' rows were
+    prefetched earlier): its own in the buffer it lands in and the one the round-robin pointer
+    of its next edge offers."""
     pay = key & ((1 << _PAY_BITS) - 1)
     if pay & 7 == EV_ARRIVE:
         p = pay >> 3
-        e = cur_edge(net, st, p)
-        k = st.ei[e, EI_VBASE]
+        k = st.ei[cur_edge(net, st, p), EI_VBASE]
         if k >= 0:
             _prefetch(st.vf, k + st.pi[p, PI_VC])
-        pos = st.pi[p, PI_POS] + 1
-        if pos < st.pi[p, PI_END]:
-            e2 = net.seg_edge[pos] + st.pi[p, PI_BASE0 + st.pi[p, PI_LEG]]
-            k2 = st.ei[e2, EI_VBASE]
-            if k2 >= 0:
-                _prefetch(st.vf, k2 + st.ei[e2, EI_RR])
+        leg, pos, _ = next_pos(net, st, p)
+        if leg >= 0:
+            e2 = edge_of(net, st, p, leg, pos)
+            if st.ei[e2, EI_VBASE] >= 0:
+                _prefetch(st.vf, st.ei[e2, EI_VBASE] + st.ei[e2, EI_RR])
 
 
 @_hot
@@ -525,10 +530,6 @@ def ev_pop(net: Any, st: Any) -> tuple[float, int]:
     return bt, key & ((1 << _PAY_BITS) - 1)
 
 
-#: how many events ahead in a ring the loop prefetches packet rows
-_PF_AHEAD = 8
-_PF_EDGES = 3
-_PF_VCS = 1
 
 
 # --- paths -------------------------------------------------------------------------------
