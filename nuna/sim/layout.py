@@ -216,6 +216,14 @@ class BaselineLayout:
         self.chunk_bytes = chunk_bytes_for(plan, size_bytes)
         page = spec.chip.page_bytes
         self._base: dict[tuple[int, Buffer], int] = {}
+        # virtual page j is on stack _cycle[j % len(_cycle)]: pages are dealt round-robin to
+        # the domains, then over each domain's stacks
+        g = nar_granularity if nar_granularity is not None and nar_granularity > 1 else 1
+        period = spec.chip.hbm_stacks
+        if g > 1:
+            period = g * math.lcm(*(len(d) for d in nar_domain_stacks(spec, g)))
+        self._cycle = np.array([nar_segment_stack(spec, j, nar_granularity) for j in range(period)],
+                               dtype=np.int64)
         for g in plan.gpus:
             at = 0
             for buf, n in zip(BUFFER_ORDER, (g.input_chunks, g.output_chunks, g.scratch_chunks), strict=True):
@@ -227,16 +235,20 @@ class BaselineLayout:
         return self._base[(gpu, buffer)]
 
     def chunk_stack_bytes(self, gpu: int, buffer: Buffer, chunk: int) -> dict[int, int]:
-        """Bytes of chunk ``chunk`` of ``buffer`` on each HBM stack under round-robin pages."""
+        """Bytes of chunk ``chunk`` of ``buffer`` on each HBM stack under round-robin pages
+        (stacks with no byte left out)."""
         cb = self.chunk_bytes
         page = self.spec.chip.page_bytes
-        at = self._base[(gpu, buffer)] * page + chunk * cb
-        end = at + cb
-        out: dict[int, int] = {}
-        while at < end:
-            p = at // page
-            nxt = min(end, (p + 1) * page)
-            s = nar_segment_stack(self.spec, p, self.nar_granularity)
-            out[s] = out.get(s, 0) + (nxt - at)
-            at = nxt
-        return out
+        lo = self._base[(gpu, buffer)] * page + chunk * cb
+        hi = lo + cb
+        if hi <= lo:
+            return {}
+        first, last = lo // page, (hi - 1) // page
+        # a 1 GB collective's chunk spans thousands of pages: count them per stack with the
+        # page-to-stack cycle rather than page by page
+        nbytes = np.full(last - first + 1, page, dtype=np.int64)
+        nbytes[0] -= lo - first * page
+        nbytes[-1] -= (last + 1) * page - hi
+        stacks = self._cycle[np.arange(first, last + 1) % self._cycle.shape[0]]
+        per_stack = np.bincount(stacks, weights=nbytes, minlength=self.spec.chip.hbm_stacks)
+        return {int(st): int(b) for st, b in enumerate(per_stack.tolist()) if b > 0}

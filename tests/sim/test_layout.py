@@ -7,7 +7,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nuna.plan.dag import build_dag, flatten
@@ -81,6 +81,29 @@ def test_nar_routed_plans_take_their_pages_in_the_nar_segment(spec, g: int) -> N
     # physical addresses stay unique per GPU and on the page's stack
     phys = mem.page_phys[: int(mem.page_base[1])]
     assert len(set(phys.tolist())) == phys.shape[0]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(g=st.sampled_from([None, 1, 2, 3, 4, 6, 12]), size=st.integers(1, 40_000_000), data=st.data())
+def test_chunk_stack_bytes_counts_every_byte_on_its_pages_stack(spec, g: int | None, size: int,  # type: ignore[no-untyped-def]
+                                                                data: st.DataObject) -> None:
+    """The passes' per-stack byte count of a chunk equals the page-by-page definition."""
+    plan = generate("allgather", 4, tbs_per_peer=2)
+    base = layout.BaselineLayout(plan, spec, size, nar_granularity=g)
+    info = plan.gpus[data.draw(st.integers(0, 3))]
+    counts = {Buffer.INPUT: info.input_chunks, Buffer.OUTPUT: info.output_chunks}
+    buf = data.draw(st.sampled_from(sorted((b for b, n in counts.items() if n), key=str)))
+    chunk = data.draw(st.integers(0, counts[buf] - 1))
+    page, cb = spec.chip.page_bytes, base.chunk_bytes
+    lo = base.base_page(info.id, buf) * page + chunk * cb
+    expected: dict[int, int] = {}
+    at = lo
+    while at < lo + cb:
+        nxt = min(lo + cb, (at // page + 1) * page)
+        s = nar_segment_stack(spec, at // page, g)
+        expected[s] = expected.get(s, 0) + nxt - at
+        at = nxt
+    assert base.chunk_stack_bytes(info.id, buf, chunk) == expected
 
 
 def test_chunk_placement_first_come_first_served(spec) -> None:  # type: ignore[no-untyped-def]
