@@ -218,10 +218,10 @@ class BaselineLayout:
         self._base: dict[tuple[int, Buffer], int] = {}
         # virtual page j is on stack _cycle[j % len(_cycle)]: pages are dealt round-robin to
         # the domains, then over each domain's stacks
-        g = nar_granularity if nar_granularity is not None and nar_granularity > 1 else 1
+        gran = nar_granularity if nar_granularity is not None and nar_granularity > 1 else 1
         period = spec.chip.hbm_stacks
-        if g > 1:
-            period = g * math.lcm(*(len(d) for d in nar_domain_stacks(spec, g)))
+        if gran > 1:
+            period = gran * math.lcm(*(len(d) for d in nar_domain_stacks(spec, gran)))
         self._cycle = np.array([nar_segment_stack(spec, j, nar_granularity) for j in range(period)],
                                dtype=np.int64)
         for g in plan.gpus:
