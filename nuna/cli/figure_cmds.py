@@ -31,15 +31,26 @@ def figure(
     spec_dir: Path | None = typer.Option(None, "--spec-dir",
                                          help="Folder of figN.toml sweep specs (default: scripts/sweeps)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+    collectives: str | None = typer.Option(None, "--collectives", help="Only these (comma-separated)."),
+    gpus: str | None = typer.Option(None, "--gpus", help="Only these pod sizes, e.g. 2,4,8."),
+    sizes: str | None = typer.Option(None, "--sizes", help="Only these sizes, e.g. 10MB,100MB."),
+    configs: str | None = typer.Option(None, "--configs", help="Only these configurations, e.g. UA,NAP+NAR."),
+    tbs_per_peer: str | None = typer.Option(None, "--tbs-per-peer", help="Only these threadblock counts."),
 ) -> None:
-    """Render one of the paper's Figures 9-14 from its sweep (run or resumed as needed)."""
+    """Render one of the paper's Figures 9-14 from its sweep (run or resumed as needed).
+
+    --collectives/--gpus/--sizes/--configs/--tbs-per-peer run a partial grid, named after the
+    change (out/figures/fig9-gpus2_4_8.png)."""
     if name not in FIGURES:
         raise typer.BadParameter(f"unknown figure {name!r} (choose from {', '.join(FIGURES)})",
                                  param_hint="NAME")
     bar = _ProgressBar(enabled=not quiet and sys.stderr.isatty())
     try:
+        axes = {"collectives": collectives, "gpus": gpus, "sizes": sizes, "configs": configs,
+                "tbs_per_peer": tbs_per_peer}
+        only = {axis: value.split(",") for axis, value in axes.items() if value is not None}
         result = run_figure(name, out, spec_dir=spec_dir, quick=quick, executor=executor.value, jobs=jobs,
-                            progress=bar)
+                            progress=bar, only=only)
     finally:
         bar.close()
     s = result.summary

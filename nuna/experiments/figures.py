@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nuna.errors import InputError, UsageError
-from nuna.experiments.spec import SweepSpec, canonical_json
+from nuna.experiments.spec import SweepSpec, canonical_json, restrict_grid
 from nuna.experiments.sweep import ProgressCallback, SweepSummary, load_results, load_sweep_spec, run_sweep
 from nuna.fsutil import write_atomic
 from nuna.units import format_size
@@ -103,11 +103,16 @@ def quick_spec(name: str, spec: SweepSpec) -> SweepSpec:
 
 def run_figure(name: str, out_dir: str | Path, *, spec_dir: str | Path | None = None, quick: bool = False,
                executor: str = "local", jobs: int | None = None,
-               progress: ProgressCallback | None = None) -> FigureOutput:
+               progress: ProgressCallback | None = None,
+               only: Mapping[str, Sequence[str]] | None = None) -> FigureOutput:
     """Run (or resume) figure ``name``'s sweep under ``out_dir/sweeps`` and write
-    ``out_dir/NAME.{png,svg,json}`` (``NAME-quick.*`` with ``quick``). Points that failed are
-    left out of the picture; the summary says which."""
+    ``out_dir/NAME.{png,svg,json}`` (``NAME-quick.*`` with ``quick``). ``only`` replaces grid
+    axes (:func:`nuna.experiments.spec.restrict_grid`: a partial grid, named after the change,
+    before ``quick`` reduces it further). Points that failed are left out of the picture; the
+    summary says which."""
     spec = load_sweep_spec(figure_spec_path(name, spec_dir))
+    if only:
+        spec = restrict_grid(spec, only)
     if quick:
         spec = quick_spec(name, spec)
     out = Path(out_dir)

@@ -270,6 +270,40 @@ def parse_sweep_spec(
     )
 
 
+#: grid axes a command line may restrict, by their spec-file key
+GRID_OVERRIDES = ("collectives", "gpus", "sizes", "configs", "tbs_per_peer")
+
+
+def restrict_grid(spec: SweepSpec, overrides: Mapping[str, Sequence[str]]) -> SweepSpec:
+    """``spec`` with some grid axes replaced by values as a command line gives them (``"8"``,
+    ``"10MB"``, ``"NAP+NAR"``), validated as a spec file's values are. The result is named after
+    the change (``fig9-gpus2_4_8-sizes10MB``), so its sweep folder and outputs stay apart from
+    the full grid's; the points, and so their result files, are the same as the full grid's."""
+    unknown = sorted(set(overrides) - set(GRID_OVERRIDES))
+    if unknown:
+        raise UsageError(f"cannot override grid axis {unknown[0]!r} (can: {', '.join(GRID_OVERRIDES)})")
+    grid: dict[str, Any] = {
+        "collectives": list(spec.collectives), "gpus": list(spec.gpus), "sizes": list(spec.sizes_bytes),
+        "configs": list(spec.configs), "nar_granularities": list(spec.nar_granularities),
+        "tbs_per_peer": list(spec.tbs_per_peer), "topologies": list(spec.topologies),
+        "gemm_sizes": list(spec.gemm_bytes),
+    }
+    tags = []
+    for axis in GRID_OVERRIDES:
+        if axis not in overrides:
+            continue
+        raw = [v.strip() for v in overrides[axis]]
+        # counts arrive as text; a value that is not a whole number is left for the check to name
+        grid[axis] = [int(v) if axis in ("gpus", "tbs_per_peer") and v.isdigit() else v for v in raw]
+        tags.append(axis.replace("_", "") + "_".join(raw))
+    name = "-".join([spec.name, *tags])
+    # one path component, without dots (output files are named ``<name>.png``, ``<name>.json``)
+    safe = "".join(ch if ch.isalnum() or ch in "+-_" else "_" for ch in name)
+    doc = {"sweep": {"name": safe, "point_function": spec.point_function}, "grid": grid,
+           "fixed": {"algo": spec.algo, "packet_bytes": spec.packet_bytes, "seed": spec.seed}}
+    return parse_sweep_spec(doc, source="command line")
+
+
 def _fail(source: str, where: str, message: str) -> InputError:
     return InputError(f"{source}: {where}: {message}")
 

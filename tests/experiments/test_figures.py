@@ -253,6 +253,21 @@ def test_cli_figure_fig10_quick_end_to_end(figure_cli: Callable[..., Any], tmp_p
     assert (tmp_path / "fig10-quick.svg").read_bytes() == first_svg
 
 
+def test_cli_figure_runs_a_partial_grid(figure_cli: Callable[..., Any], tmp_path: Path) -> None:
+    res = figure_cli("figure", "fig9", "--quick", "--collectives", "allgather", "--configs", "UA,NAP+NAR",
+                     "-o", tmp_path, "--jobs", "1", "-q")
+    assert res.code == 0, res.err
+    stem = "fig9-collectivesallgather-configsUA_NAP+NAR-quick"
+    data = json.loads((tmp_path / f"{stem}.json").read_text())
+    assert {(r["collective"], r["config"]) for r in data["rows"]} == {("allgather", "UA"),
+                                                                      ("allgather", "NAP+NAR")}
+    assert (tmp_path / f"{stem}.png").stat().st_size > 0
+    bad = figure_cli("figure", "fig9", "--gpus", "1", "-o", tmp_path, "-q")
+    assert bad.code == 1
+    assert bad.err.count("\n") == 1
+    assert "GPU count must be between 2" in bad.err
+
+
 def test_cli_figure_rejects_unknown_names_and_bad_spec_dirs(figure_cli: Callable[..., Any],
                                                               tmp_path: Path) -> None:
     bad = figure_cli("figure", "fig99", "-o", tmp_path)

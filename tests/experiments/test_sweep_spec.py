@@ -25,6 +25,7 @@ from nuna.experiments.spec import (
     load_sweep_spec,
     parse_sweep_spec,
     point_id,
+    restrict_grid,
 )
 
 BASE: dict[str, Any] = {
@@ -268,3 +269,37 @@ def test_shipped_quick_spec_is_valid_and_small() -> None:
     spec = load_sweep_spec(path)
     assert spec.point_function == DEFAULT_POINT_FUNCTION
     assert 24 <= len(expand(spec)) <= 60  # "a few dozen points"
+
+
+def test_restrict_grid_replaces_axes_names_the_result_and_keeps_point_identities() -> None:
+    full = load_sweep_spec(Path(__file__).resolve().parents[2] / "scripts" / "sweeps" / "fig9.toml")
+    part = restrict_grid(full, {"gpus": ["2", "8"], "sizes": ["10MB"], "configs": ["UA", "NAP+NAR"]})
+    assert (part.gpus, part.sizes_bytes, part.configs) == ((2, 8), (10_000_000,), ("UA", "NAP+NAR"))
+    assert (part.collectives, part.tbs_per_peer, part.packet_bytes) == (
+        full.collectives, full.tbs_per_peer, full.packet_bytes)
+    assert part.name == "fig9-gpus2_8-sizes10MB-configsUA_NAP+NAR"
+    # the same points as the full grid's: their result files are shared
+    full_ids = {point_id(p.as_dict(), full.point_function) for p in expand(full)}
+    part_ids = {point_id(p.as_dict(), part.point_function) for p in expand(part)}
+    assert part_ids < full_ids
+    assert len(part_ids) == 3 * 2 * 1 * 2
+
+
+@pytest.mark.parametrize(("axis", "values", "message"), [
+    ("gpus", ["1"], r"gpus\[0\]: GPU count must be between 2"),
+    ("gpus", ["eight"], r"gpus\[0\]: expected an integer"),
+    ("sizes", ["10XB"], r"sizes\[0\]: invalid size"),
+    ("configs", ["NAP+XYZ"], r"configs\[0\]"),
+    ("collectives", ["allgather", "allgather"], r"duplicate value"),
+])
+def test_restrict_grid_checks_values_as_a_spec_file_would(axis: str, values: list[str], message: str) -> None:
+    full = parse_sweep_spec(BASE)
+    with pytest.raises(InputError, match=message):
+        restrict_grid(full, {axis: values})
+
+
+def test_restrict_grid_rejects_other_axes() -> None:
+    from nuna.errors import UsageError
+
+    with pytest.raises(UsageError, match="cannot override grid axis 'topologies'"):
+        restrict_grid(parse_sweep_spec(BASE), {"topologies": ["mi300x-like"]})
