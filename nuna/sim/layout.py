@@ -21,7 +21,6 @@ open, and the UA pass materialises the same choices by calling it.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,7 +30,7 @@ from nuna.errors import SimulationError
 from nuna.plan.dag import STEP_TYPES, FlatPlan
 from nuna.plan.ir import Buffer, Plan, StepType
 from nuna.plan.verify import chunk_bytes_for
-from nuna.topology.address import nar_domain_stacks, nar_segment_stack
+from nuna.topology.address import nar_segment_cycle
 from nuna.topology.geometry import chip_geometry
 from nuna.topology.spec import TopologySpec
 
@@ -178,11 +177,9 @@ def memory_layout(plan: Plan, spec: TopologySpec, size_bytes: int, flat: FlatPla
                 page_stack[p] = pl.stack
     page_phys = np.zeros(total, dtype=np.int64)
     stacks = chip.hbm_stacks
-    g_nar = plan.placement.nar_granularity
     # the baseline policy is periodic in the page index: evaluate it once per residue
-    period = stacks if not g_nar or g_nar == 1 else \
-        g_nar * math.lcm(*(len(d) for d in nar_domain_stacks(spec, g_nar)))
-    table = np.array([nar_segment_stack(spec, j, g_nar) for j in range(period)], dtype=np.int64)
+    table = np.array(nar_segment_cycle(spec, plan.placement.nar_granularity), dtype=np.int64)
+    period = table.shape[0]
     for g in range(ngpu_slots):
         lo, hi = int(page_base[g]), int(page_base[g + 1])
         if hi == lo:
@@ -216,14 +213,7 @@ class BaselineLayout:
         self.chunk_bytes = chunk_bytes_for(plan, size_bytes)
         page = spec.chip.page_bytes
         self._base: dict[tuple[int, Buffer], int] = {}
-        # virtual page j is on stack _cycle[j % len(_cycle)]: pages are dealt round-robin to
-        # the domains, then over each domain's stacks
-        gran = nar_granularity if nar_granularity is not None and nar_granularity > 1 else 1
-        period = spec.chip.hbm_stacks
-        if gran > 1:
-            period = gran * math.lcm(*(len(d) for d in nar_domain_stacks(spec, gran)))
-        self._cycle = np.array([nar_segment_stack(spec, j, nar_granularity) for j in range(period)],
-                               dtype=np.int64)
+        self._cycle = np.array(nar_segment_cycle(spec, nar_granularity), dtype=np.int64)
         for g in plan.gpus:
             at = 0
             for buf, n in zip(BUFFER_ORDER, (g.input_chunks, g.output_chunks, g.scratch_chunks), strict=True):

@@ -412,14 +412,13 @@ def _result(plan: Plan, spec: TopologySpec, size_bytes: int, psize: int, seed: i
         ("load", cls[:, 0] >= 0,
          lambda s: geo.cu_stack.hops[cu[s], cls[s, 0]] + geo.stack_cu.hops[cls[s, 0], cu[s]]),
         ("local_store", cls[:, 2] >= 0, lambda s: geo.cu_stack.hops[cu[s], cls[s, 2]]),
-        ("remote_store", cls[:, 3] >= 0,
-         lambda s: geo.cu_port.hops[cu[s], cls[s, 3]] + geo.port_stack.hops[cls[s, 3], cls[s, 4]]),
         # the two sides of a remote store: NAP shortens the sender's, NAR placement the receiver's
         ("remote_store_sender", cls[:, 3] >= 0, lambda s: geo.cu_port.hops[cu[s], cls[s, 3]]),
         ("remote_store_receiver", cls[:, 3] >= 0, lambda s: geo.port_stack.hops[cls[s, 3], cls[s, 4]]),
     ):
         w = lines[sel]
         hops[f"{name}_mean"] = float((h(sel) * w).sum() / w.sum()) if w.sum() > 0 else 0.0
+    hops["remote_store_mean"] = hops["remote_store_sender_mean"] + hops["remote_store_receiver_mean"]
     die = net.edge_class == EDGE_CLASSES.index("die_crossing")
     ntr = int(R.rc[eng.R_TR_N])
     tr_bytes = R.tr_bytes[:ntr].reshape(ntr, 2, ngpus * P).transpose(0, 2, 1) if trace else \

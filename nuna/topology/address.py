@@ -25,6 +25,7 @@ rather than in upper address bits, so functions here take ``G`` as an argument.
 from __future__ import annotations
 
 import functools
+import math
 
 import networkx as nx
 import numpy as np
@@ -205,6 +206,17 @@ def nar_segment_stack(spec: TopologySpec, page_index: int, nar_granularity: int 
     return stacks[(page_index // nar_granularity) % len(stacks)]
 
 
+def nar_segment_cycle(spec: TopologySpec, nar_granularity: int | None) -> tuple[int, ...]:
+    """One period of :func:`nar_segment_stack`: page ``j`` is on stack ``cycle[j % len(cycle)]``.
+    The period is the stack count without NAR, else ``G`` times the least common multiple of the
+    domains' stack counts (pages go to the domains in turn, then over each domain's stacks)."""
+    if nar_granularity is None or nar_granularity == 1:
+        period = spec.chip.hbm_stacks
+    else:
+        period = nar_granularity * math.lcm(*(len(d) for d in nar_domain_stacks(spec, nar_granularity)))
+    return tuple(nar_segment_stack(spec, j, nar_granularity) for j in range(period))
+
+
 def io_port(spec: TopologySpec, phys_addr: int, nar_granularity: int | None) -> int:
     """I/O port a remote access to ``phys_addr`` leaves through: the address hash over all
     ports (``None`` or 1), or over the ports of the NAR domain owning the address's stack."""
@@ -288,7 +300,8 @@ def nearest_stack(spec: TopologySpec, cu: int) -> int:
 
 def nar_domain_cus(spec: TopologySpec, g: int) -> tuple[tuple[int, ...], ...]:
     """CUs grouped by the NAR domain whose ports they are nearest to (mean CU->port latency;
-    ties to the lower domain). For pictures and reports; placement uses :func:`nearest_cus`."""
+    ties to the lower domain). For pictures and reports; NAP orders CUs with
+    ``nuna.passes.nap.domain_cu_classes``."""
     geo = chip_geometry(spec.chip)
     domains = nar_domain_ports(spec, g)
     mean = np.stack([geo.cu_port.latency_ns[:, list(d)].mean(axis=1) for d in domains], axis=1)

@@ -22,6 +22,7 @@ from nuna.topology import (
     nar_domain_ports,
     nar_domain_stacks,
     nar_granularities,
+    nar_segment_cycle,
     nar_segment_stack,
     nearest_cus,
     nearest_stack,
@@ -119,6 +120,15 @@ def test_nar_segment_pages_are_dealt_evenly_to_domains_then_their_stacks(g: int)
         mine = Counter(s for s in placed if s in own)
         assert set(mine) == set(own)
         assert len(set(mine.values())) == 1  # round-robin within a domain
+
+
+@pytest.mark.parametrize("g", [None, 1, 2, 3, 4, 6, 12])
+def test_nar_segment_cycle_is_one_period_of_the_page_policy(g: int | None) -> None:
+    cycle = nar_segment_cycle(SPEC, g)
+    assert [nar_segment_stack(SPEC, j, g) for j in range(3 * len(cycle) + 5)] == \
+        [cycle[j % len(cycle)] for j in range(3 * len(cycle) + 5)]
+    # G times the lcm of the domains' stack counts (nuna-4die: 8/8, 5/5/6, 4x4, 2-3, 1-2)
+    assert len(cycle) == {None: 16, 1: 16, 2: 16, 3: 90, 4: 16, 6: 36, 12: 24}[g]
 
 
 @given(st.integers(0, 10**6))
