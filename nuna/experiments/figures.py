@@ -108,8 +108,9 @@ def run_figure(name: str, out_dir: str | Path, *, spec_dir: str | Path | None = 
     """Run (or resume) figure ``name``'s sweep under ``out_dir/sweeps`` and write
     ``out_dir/NAME.{png,svg,json}`` (``NAME-quick.*`` with ``quick``). ``only`` replaces grid
     axes (:func:`nuna.experiments.spec.restrict_grid`: a partial grid, named after the change,
-    before ``quick`` reduces it further). Points that failed are left out of the picture; the
-    summary says which."""
+    before ``quick`` reduces it further). Points that the figure's other sweep folders under
+    ``out_dir/sweeps`` already hold (the full grid, other partial grids) are reused, not rerun.
+    Points that failed are left out of the picture; the summary says which."""
     spec = load_sweep_spec(figure_spec_path(name, spec_dir))
     if only:
         spec = restrict_grid(spec, only)
@@ -119,7 +120,9 @@ def run_figure(name: str, out_dir: str | Path, *, spec_dir: str | Path | None = 
     out.mkdir(parents=True, exist_ok=True)
     (out / "sweeps").mkdir(exist_ok=True)
     sweep_dir = out / "sweeps" / spec.name
-    summary = run_sweep(spec, sweep_dir, executor=executor, jobs=jobs, progress=progress)
+    siblings = [d for d in sorted((out / "sweeps").iterdir())
+                if d.is_dir() and d.name != spec.name and (d.name == name or d.name.startswith(f"{name}-"))]
+    summary = run_sweep(spec, sweep_dir, executor=executor, jobs=jobs, progress=progress, reuse=siblings)
     data = figure_data(name, load_results(sweep_dir))
     stem = out / spec.name
     png, svg = save_figure(render(name, data), stem)
@@ -314,6 +317,13 @@ def _best_of_note(rows: Sequence[Mapping[str, Any]]) -> str:
     return f"\neach configuration at its fastest of {', '.join(map(str, counts))} threadblocks per peer"
 
 
+def _legend(ax: Any, **options: Any) -> None:
+    """A legend, if anything drawn has a label: a partial grid may leave nothing but the
+    baseline, which speedup panels do not draw."""
+    if ax.get_legend_handles_labels()[1]:
+        ax.legend(**options)
+
+
 def _render_fig9(fig: Figure, data: Mapping[str, Any]) -> None:
     rows = data["rows"]
     colls = _ordered(r["collective"] for r in rows)
@@ -331,7 +341,7 @@ def _render_fig9(fig: Figure, data: Mapping[str, Any]) -> None:
             ax.tick_params(labelsize=6)
             if j == 0:
                 ax.set_ylabel("speedup over UA")
-    axes[0][0].legend(fontsize=6, loc="upper right")
+    _legend(axes[0][0], fontsize=6, loc="upper right")
     fig.suptitle("Fig 9: speedup over UA across pod and collective sizes" + _best_of_note(rows))
 
 
@@ -360,7 +370,7 @@ def _render_fig10(fig: Figure, data: Mapping[str, Any]) -> None:
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("remote store latency (ns)")
         ax.set_ylabel("fraction of stores")
-        ax.legend(fontsize=7)
+        _legend(ax, fontsize=7)
     if panels:
         fig.suptitle(f"Fig 10: remote-store latency, {panels[0]['gpus']} GPUs, "
                      f"{format_size(panels[0]['size_bytes'])} allgather")
@@ -374,7 +384,7 @@ def _render_fig11(fig: Figure, data: Mapping[str, Any]) -> None:
     _speedup_bars(ax, rows, sizes, lambda r: r["size_bytes"], configs, [format_size(s) for s in sizes])
     ax.set_ylabel("speedup over UA")
     ax.set_xlabel("allgather size")
-    ax.legend(fontsize=7, ncol=4)
+    _legend(ax, fontsize=7, ncol=4)
     fig.suptitle("Fig 11: isolation of techniques" + _best_of_note(rows))
 
 
@@ -422,7 +432,7 @@ def _render_fig13(fig: Figure, data: Mapping[str, Any]) -> None:
     ax.set_xticks(range(len(grans)), [str(g) for g in grans])
     ax.set_xlabel("NAR granularity (number of NAR domains)")
     ax.set_ylabel("UA+NAR speedup over UA")
-    ax.legend(fontsize=7)
+    _legend(ax, fontsize=7)
     fig.suptitle("Fig 13: sensitivity to NAR granularity")
 
 
@@ -438,7 +448,7 @@ def _render_fig14(fig: Figure, data: Mapping[str, Any]) -> None:
     ax.set_xticks(range(len(gemms)), ["none" if g == 0 else format_size(g) for g in gemms])
     ax.set_xlabel("GEMM matrix size (100 tiles per GPU)")
     ax.set_ylabel("allgather time relative to UA alone")
-    ax.legend(fontsize=7)
+    _legend(ax, fontsize=7)
     fig.suptitle("Fig 14: allgather beside a concurrent GEMM" + _best_of_note(rows))
 
 

@@ -125,6 +125,29 @@ def read_result(out_dir: Path, task: Task, version: str = __version__) -> dict[s
     return None
 
 
+def adopt_results(out_dir: Path, tasks: Sequence[Task], sources: Sequence[Path]) -> int:
+    """Copy into ``out_dir`` the valid result of every task that ``out_dir`` lacks and one of
+    the ``sources`` (other sweep folders) holds; return how many were copied. A point's id is a
+    hash of its inputs and the nuna version, and the copy is checked as any result is, so a
+    point computed by another sweep (a partial grid of the same figure, say) is reused exactly
+    as if this sweep had computed it."""
+    adopted = 0
+    for task in tasks:
+        target = result_path(out_dir, task.point_id)
+        if target.exists() and read_result(out_dir, task) is not None:
+            continue
+        for source in sources:
+            if source.resolve() == out_dir.resolve():
+                continue
+            record = read_result(source, task)
+            if record is not None:
+                write_atomic(target, _dump(record))
+                failure_path(out_dir, task.point_id).unlink(missing_ok=True)
+                adopted += 1
+                break
+    return adopted
+
+
 def scan(out_dir: Path, tasks: Sequence[Task]) -> tuple[dict[str, Status], int]:
     """Status of every task from the files present, and the number of unusable files found
     (unreadable, or not matching the task: they are recomputed and overwritten)."""

@@ -11,7 +11,7 @@ The library never prints: callers follow the run through the ``progress`` callba
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -127,6 +127,7 @@ def run_sweep(
     scheduler: str | None = None,
     retry_failed: bool = False,
     progress: ProgressCallback | None = None,
+    reuse: Sequence[Path] = (),
 ) -> SweepSummary:
     """Compute every unfinished point of ``spec`` into ``out_dir`` and return the summary.
 
@@ -134,8 +135,10 @@ def run_sweep(
     process may use) or ``"dask"`` (the dask.distributed scheduler at ``scheduler``, or a local
     cluster of ``jobs`` workers). Points recorded as failed are rerun only with
     ``retry_failed``. A failing point never stops the sweep: it is recorded and listed in the
-    summary. Raises ``UsageError`` for bad options or an unknown point function, ``InputError``
-    if ``out_dir`` is unusable.
+    summary. Results that other sweep folders in ``reuse`` hold for points of this spec are
+    copied in first (:func:`nuna.experiments.store.adopt_results`) and count as already done.
+    Raises ``UsageError`` for bad options or an unknown point function, ``InputError`` if
+    ``out_dir`` is unusable.
     """
     _check_options(executor, jobs, scheduler)
     resolve_point_function(spec.point_function)  # a typo fails now, not once per point
@@ -148,6 +151,7 @@ def run_sweep(
     store.prepare(folder)
     with store.sweep_lock(folder):
         store.remove_stale_temporaries(folder)
+        store.adopt_results(folder, tasks, reuse)
         status, unusable = store.scan(folder, tasks)
         already_done = sum(1 for s in status.values() if s == "ok")
         to_run = [t for t in tasks if status[t.point_id] == "pending"

@@ -262,6 +262,13 @@ def test_cli_figure_runs_a_partial_grid(figure_cli: Callable[..., Any], tmp_path
     assert {(r["collective"], r["config"]) for r in data["rows"]} == {("allgather", "UA"),
                                                                       ("allgather", "NAP+NAR")}
     assert (tmp_path / f"{stem}.png").stat().st_size > 0
+    # a grid whose points another grid of the figure computed reuses them
+    sub = figure_cli("figure", "fig9", "--quick", "--collectives", "allgather", "--configs", "UA",
+                     "-o", tmp_path, "--jobs", "1", "-q")
+    assert sub.code == 0, sub.err
+    assert "0 ran" in sub.out
+    sub_rows = json.loads((tmp_path / "fig9-collectivesallgather-configsUA-quick.json").read_text())["rows"]
+    assert sub_rows == [r for r in data["rows"] if r["config"] == "UA"]
     bad = figure_cli("figure", "fig9", "--gpus", "1", "-o", tmp_path, "-q")
     assert bad.code == 1
     assert bad.err.count("\n") == 1

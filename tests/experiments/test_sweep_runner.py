@@ -113,6 +113,30 @@ def test_resume_recomputes_only_missing_and_damaged_points(
     assert (out / "index.json").read_bytes() == index
 
 
+def test_results_of_other_sweep_folders_are_reused_when_valid(
+        fake_points: str, write_spec: Callable[..., Path], tmp_path: Path) -> None:
+    """A partial grid's results serve the full grid (the same point has the same id); a damaged
+    or foreign record in the other folder is not trusted, so that point runs."""
+    full_path = write_spec()
+    full = load_sweep_spec(full_path)
+    part_text = full_path.read_text().replace("gpus = [2, 8]", "gpus = [8]")
+    part = load_sweep_spec(write_spec(part_text, "part.toml"))
+    run_sweep(part, tmp_path / "part", jobs=1)
+    results = tmp_path / "part" / "results"
+    names = sorted(p.name for p in results.iterdir())
+    assert len(names) == len(expand(part)) == len(expand(full)) // 2
+    (results / names[0]).write_text('{"format": "nuna-sweep-res')   # damaged
+    (results / names[1]).write_bytes((results / names[2]).read_bytes())   # another point's record
+    summary = run_sweep(full, tmp_path / "full", jobs=1, reuse=[tmp_path / "part", tmp_path / "missing"])
+    assert (summary.already_done, summary.ran) == (len(names) - 2, len(expand(full)) - len(names) + 2)
+    assert summary.complete
+    # the same records as a sweep that computed everything itself
+    run_sweep(full, tmp_path / "alone", jobs=1)
+    assert [_compared(r) for r in load_results(tmp_path / "full")] == [
+        _compared(r) for r in load_results(tmp_path / "alone")]
+    assert (tmp_path / "full" / "index.json").read_bytes() == (tmp_path / "alone" / "index.json").read_bytes()
+
+
 def test_failures_are_recorded_listed_and_retried_only_on_request(
         fake_points: str, write_spec: Callable[..., Path], tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
