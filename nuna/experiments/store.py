@@ -131,14 +131,13 @@ def adopt_results(out_dir: Path, tasks: Sequence[Task], sources: Sequence[Path])
     hash of its inputs and the nuna version, and the copy is checked as any result is, so a
     point computed by another sweep (a partial grid of the same figure, say) is reused exactly
     as if this sweep had computed it."""
+    others = [s for s in sources if s.resolve() != out_dir.resolve()]
     adopted = 0
-    for task in tasks:
+    for task in tasks if others else ():
         target = result_path(out_dir, task.point_id)
         if target.exists() and read_result(out_dir, task) is not None:
             continue
-        for source in sources:
-            if source.resolve() == out_dir.resolve():
-                continue
+        for source in others:
             record = read_result(source, task)
             if record is not None:
                 write_atomic(target, _dump(record))
