@@ -71,6 +71,9 @@ def sweep(
     retry_failed: bool = typer.Option(False, "--retry-failed", help="Rerun points recorded as failed."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Count done/failed/pending points; run nothing."),
+    reuse: list[Path] = typer.Option([], "--reuse", metavar="DIR", exists=True, file_okay=False,
+                                     help="Another sweep folder whose results for this spec's points "
+                                          "are copied in instead of rerun (repeatable)."),
 ) -> None:
     """Run every unfinished point of a sweep; a rerun resumes where a killed run stopped."""
     if scheduler is not None and executor is not ExecutorName.DASK:
@@ -86,7 +89,7 @@ def sweep(
     bar = _ProgressBar(enabled=not quiet and sys.stderr.isatty())
     try:
         summary = run_sweep(spec, out, executor=executor.value, jobs=jobs, scheduler=scheduler,
-                            retry_failed=retry_failed, progress=bar)
+                            retry_failed=retry_failed, progress=bar, reuse=reuse)
     finally:
         bar.close()
     _report(summary)

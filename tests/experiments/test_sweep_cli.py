@@ -41,6 +41,20 @@ def test_sweep_runs_resumes_and_reports(run_cli: Callable[..., Any], fake_points
     assert f"{total - 1} already done, 1 ran" in second.out
 
 
+def test_reuse_copies_results_of_another_folder(run_cli: Callable[..., Any], fake_points: str,
+                                               write_spec: Callable[..., Path], tmp_path: Path) -> None:
+    spec_path = write_spec()
+    total = len(expand(load_sweep_spec(spec_path)))
+    assert run_cli("sweep", spec_path, "-o", tmp_path / "first", "-j", "1", "-q").code == 0
+    again = run_cli("sweep", spec_path, "-o", tmp_path / "second", "-j", "1", "-q",
+                    "--reuse", tmp_path / "first")
+    assert again.code == 0, again.err
+    assert f"{total} points, {total} already done, 0 ran" in again.out
+    missing = run_cli("sweep", spec_path, "-o", tmp_path / "third", "--reuse", tmp_path / "nope")
+    assert missing.code == 2
+    assert not (tmp_path / "third").exists()
+
+
 def test_failures_exit_1_and_are_listed(run_cli: Callable[..., Any], fake_points: str,
                                         write_spec: Callable[..., Path], tmp_path: Path,
                                         monkeypatch: pytest.MonkeyPatch) -> None:
