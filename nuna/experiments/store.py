@@ -126,16 +126,17 @@ def read_result(out_dir: Path, task: Task, version: str = __version__) -> dict[s
 
 
 def adopt_results(out_dir: Path, tasks: Sequence[Task], sources: Sequence[Path]) -> int:
-    """Copy into ``out_dir`` the valid result of every task that ``out_dir`` lacks and one of
-    the ``sources`` (other sweep folders) holds; return how many were copied. A point's id is a
-    hash of its inputs and the nuna version, and the copy is checked as any result is, so a
-    point computed by another sweep (a partial grid of the same figure, say) is reused exactly
-    as if this sweep had computed it."""
+    """Copy into ``out_dir`` the valid result of every task that has no result file there and
+    one of the ``sources`` (other sweep folders) holds; return how many were copied. A point's
+    id is a hash of its inputs and the nuna version, and the copy is checked as any result is,
+    so a point computed by another sweep (a partial grid of the same figure, say) is reused
+    exactly as if this sweep had computed it. (A damaged file already in ``out_dir`` is left
+    to :func:`scan`, which has it recomputed.)"""
     others = [s for s in sources if s.resolve() != out_dir.resolve()]
     adopted = 0
     for task in tasks if others else ():
         target = result_path(out_dir, task.point_id)
-        if target.exists() and read_result(out_dir, task) is not None:
+        if target.exists():
             continue
         for source in others:
             record = read_result(source, task)
