@@ -120,8 +120,9 @@ def run_figure(name: str, out_dir: str | Path, *, spec_dir: str | Path | None = 
     out.mkdir(parents=True, exist_ok=True)
     (out / "sweeps").mkdir(exist_ok=True)
     sweep_dir = out / "sweeps" / spec.name
+    # run_sweep skips the folder itself among these
     siblings = [d for d in sorted((out / "sweeps").iterdir())
-                if d.is_dir() and d.name != spec.name and (d.name == name or d.name.startswith(f"{name}-"))]
+                if d.is_dir() and (d.name == name or d.name.startswith(f"{name}-"))]
     summary = run_sweep(spec, sweep_dir, executor=executor, jobs=jobs, progress=progress, reuse=siblings)
     data = figure_data(name, load_results(sweep_dir))
     stem = out / spec.name

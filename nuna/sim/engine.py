@@ -280,9 +280,11 @@ def grow_heap(st: Any, events: int) -> Any:
     return st._replace(heap=h, heapk=hk)
 
 
+@_hot
 def heap_capacity(st: Any) -> int:
-    """Events the heap of ``st`` can hold."""
-    return int(st.heap.shape[0]) - 3
+    """Events the heap of ``st`` can hold (its first three rows pad the root's children onto
+    one cache line, see :func:`_new_heap`)."""
+    return st.heap.shape[0] - 3
 
 
 # --- event heap --------------------------------------------------------------------------
@@ -295,7 +297,7 @@ def heap_push(st: Any, t: float, pay: int) -> None:
     hk = st.heapk
     ctr = st.ctr
     n = ctr[C_HEAP_N]
-    if n >= h.shape[0] - 3:
+    if n >= heap_capacity(st):
         ctr[C_OVERFLOW] = 1
         return
     key = (ctr[C_SEQ] << _PAY_BITS) | pay
@@ -959,7 +961,7 @@ def noc_loop(net: Any, st: Any, b_time: Any, b_seg: Any, b_size: Any, deliver: A
     now = 0.0
     margin = 4 * st.ef.shape[0] + 64
     while pending > 0:
-        if st.ctr[C_HEAP_N] + margin > st.heap.shape[0] - 3:
+        if st.ctr[C_HEAP_N] + margin > heap_capacity(st):
             pos[0] = i
             pos[1] = pending
             return 1
@@ -1523,7 +1525,7 @@ def replay_loop(net: Any, st: Any, R: Any) -> int:
     margin = 16 * R.par_i[P_LIMIT] + 16 * 1024
     tracing = R.par_f[F_TRACE_DT] > 0.0
     while ev_count(st) > 0:
-        if st.ctr[C_HEAP_N] + margin > st.heap.shape[0] - 3:
+        if st.ctr[C_HEAP_N] + margin > heap_capacity(st):
             return NEED_HEAP
         now, pay = ev_pop(net, st)
         st.ctr[C_POPPED] += 1

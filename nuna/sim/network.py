@@ -40,7 +40,7 @@ import numpy.typing as npt
 from nuna.sim import engine as eng
 from nuna.topology.geometry import ChipGeometry, PathTable, chip_geometry, pod_layout
 from nuna.topology.nodes import EDGE_CODE
-from nuna.topology.spec import TopologySpec
+from nuna.topology.spec import RouterSpec, TopologySpec
 
 I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
@@ -56,19 +56,20 @@ SEG_KINDS: tuple[str, ...] = ("load_request", "read_data", "local_store", "remot
 EDGE_CLASSES: tuple[str, ...] = ("noc", "die_crossing", "cu", "io", "hbm", "scaleup", "virtual")
 
 
+_BOOKSIM = RouterSpec()
+
+
 @dataclass(frozen=True, slots=True)
 class RouterParams:
     """Input-queued router parameters, shared by the replay's NoC and the synthetic mode.
-    Defaults: the BookSim 2 setting of ``shared/reference/noc-reference-8x8.md``: 4 VCs x 8-flit
-    buffers, credit_delay 1 plus a 1-cycle credit channel (the credits of a flit are back 2 cycles
-    after it left), route computation + VC allocation (2 pipeline stages) redone by a packet
-    that becomes head of its VC behind another one. The replay takes them from the topology's
-    ``[router]`` table (:meth:`from_topology`) unless it is given others."""
+    Defaults: :class:`~nuna.topology.spec.RouterSpec`'s, the BookSim 2 setting of the NoC
+    validation. The replay takes them from the topology's ``[router]`` table
+    (:meth:`from_topology`) unless it is given others."""
 
-    vcs: int = 4
-    vc_buffer_flits: int = 8
-    credit_delay_cycles: float = 2.0
-    head_setup_cycles: float = 2.0
+    vcs: int = _BOOKSIM.vcs
+    vc_buffer_flits: int = _BOOKSIM.vc_buffer_flits
+    credit_delay_cycles: float = _BOOKSIM.credit_delay_cycles
+    head_setup_cycles: float = _BOOKSIM.head_setup_cycles
     input_queued: bool = True  # False: ideal output queues everywhere (for comparison)
 
     @classmethod
