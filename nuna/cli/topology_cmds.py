@@ -75,6 +75,7 @@ def show(
         payload = summary.as_dict()
         payload["description"] = spec.description
         payload["router"] = dataclasses.asdict(spec.router)
+        payload["nar"] = dataclasses.asdict(spec.nar)
         payload["calibration"] = [
             {
                 "key": r.key,
@@ -104,6 +105,9 @@ def show(
         f"{rt.credit_delay_cycles:g} cycles, head set-up {rt.head_setup_cycles:g} cycles "
         f"(cycle = {chip.noc_hop_latency_ns / 5:g} ns)"
     )
+    choice = {"address": "the domain owning the destination address",
+              "cu": "the domain nearest the storing CU"}[spec.nar.port_choice]
+    typer.echo(f"  NAR: a store hashes over the ports of {choice}")
     typer.echo("uncontended latency (uniform over CUs, ports and stacks):")
     typer.echo(_spread_line("CU -> I/O port", summary.cu_to_port))
     typer.echo(_spread_line("I/O port -> HBM stack", summary.port_to_stack))

@@ -91,14 +91,18 @@ def figure_spec_path(name: str, spec_dir: str | Path | None = None) -> Path:
 def quick_spec(name: str, spec: SweepSpec) -> SweepSpec:
     """A reduced grid of ``spec`` for tests and CI (seconds): a 2-GPU pod and the 100 kB size
     (100 kB and 1 MB for fig12, whose subject is size; the two smallest GEMMs for fig14);
-    only the first ``tbs_per_peer`` value (all of them for fig13, where they are the series);
-    every other dimension is kept, so the figure keeps all its series. Its numbers are a smoke
-    test, not the figure's."""
+    only the first ``tbs_per_peer`` value (all of them for fig13, where they are the series,
+    with its coarsest and finest NAR granularity); every other dimension is kept, so the figure
+    keeps all its series and panels. Its numbers are a smoke test, not the figure's."""
     _check_name(name)
     sizes = (QUICK_SIZE_BYTES, 10 * QUICK_SIZE_BYTES) if name == "fig12" else (QUICK_SIZE_BYTES,)
     tbs = spec.tbs_per_peer if name == _TBS_SERIES_FIGURE else spec.tbs_per_peer[:1]
+    grans = spec.nar_granularities
+    if name == _TBS_SERIES_FIGURE and len(grans) > 2:
+        grans = (grans[0], grans[-1])
     return dataclasses.replace(spec, name=f"{spec.name}-quick", gpus=(QUICK_GPUS,), sizes_bytes=sizes,
-                               tbs_per_peer=tbs, gemm_bytes=tuple(sorted(spec.gemm_bytes)[:2]))
+                               tbs_per_peer=tbs, nar_granularities=grans,
+                               gemm_bytes=tuple(sorted(spec.gemm_bytes)[:2]))
 
 
 def run_figure(name: str, out_dir: str | Path, *, spec_dir: str | Path | None = None, quick: bool = False,
@@ -220,6 +224,7 @@ def _rows(records: Sequence[Mapping[str, Any]], *, best_tbs: bool) -> list[tuple
             "config": p["config"], "nar_granularity": p["nar_granularity"],
             "nar_granularity_used": c.record["result"].get("nar_granularity_used"),
             "tbs_per_peer": p["tbs_per_peer"], "gemm_bytes": p.get("gemm_bytes", 0),
+            "topology": p.get("topology"),
             "time_ns": t, "speedup": (ua.time_ns / t) if ua is not None and t > 0 else None,
         }
         if best_tbs:
@@ -413,27 +418,36 @@ def _render_fig12(fig: Figure, data: Mapping[str, Any]) -> None:
 
 
 def _render_fig13(fig: Figure, data: Mapping[str, Any]) -> None:
+    """One panel per topology (how the hardware picks a NAR domain is a topology setting)."""
     rows = [r for r in data["rows"] if r["config"] != _BASELINE]
     grans = _ordered(r["nar_granularity"] for r in rows)
     tbs = sorted({r["tbs_per_peer"] for r in rows}, reverse=True)
-    ax = fig.subplots()
+    topologies = _ordered(r["topology"] for r in rows) or [None]
+    axes = fig.subplots(1, len(topologies), squeeze=False, sharey=True)[0]
     width = 0.8 / max(1, len(tbs))
     palette = ("#3182bd", "#fd8d3c", "#74c476", "#9e9ac8")
-    for t, k in enumerate(tbs):
-        xs, ys = [], []
-        for g, gran in enumerate(grans):
-            for r in rows:
-                if r["tbs_per_peer"] == k and r["nar_granularity"] == gran and r["speedup"] is not None:
-                    xs.append(g - 0.4 + width * (t + 0.5))
-                    ys.append(r["speedup"])
-        per_gpu = k * (max((r["gpus"] for r in rows), default=2) - 1)
-        ax.bar(xs, ys, width=width, color=palette[t % len(palette)], edgecolor="black", linewidth=0.3,
-               label=f"{per_gpu} threadblocks per GPU ({k} per peer)")
-    ax.axhline(1.0, color="black", linewidth=0.6, linestyle="--")
-    ax.set_xticks(range(len(grans)), [str(g) for g in grans])
-    ax.set_xlabel("NAR granularity (number of NAR domains)")
-    ax.set_ylabel("UA+NAR speedup over UA")
-    _legend(ax, fontsize=7)
+    for ax, topology in zip(axes, topologies, strict=True):
+        for t, k in enumerate(tbs):
+            xs, ys = [], []
+            for g, gran in enumerate(grans):
+                for r in rows:
+                    if (r["topology"] == topology and r["tbs_per_peer"] == k and r["nar_granularity"] == gran
+                            and r["speedup"] is not None):
+                        xs.append(g - 0.4 + width * (t + 0.5))
+                        ys.append(r["speedup"])
+            per_gpu = k * (max((r["gpus"] for r in rows), default=2) - 1)
+            ax.bar(xs, ys, width=width, color=palette[t % len(palette)], edgecolor="black", linewidth=0.3,
+                   label=f"{per_gpu} threadblocks per GPU ({k} per peer)")
+        ax.axhline(1.0, color="black", linewidth=0.6, linestyle="--")
+        ax.set_xticks(range(len(grans)), [str(g) for g in grans])
+        ax.set_xlabel("NAR granularity (number of NAR domains)")
+        if topology is not None and len(topologies) > 1:
+            ax.set_title(str(topology), fontsize=8)
+        _legend(ax, fontsize=7)
+    axes[0].set_ylabel("UA+NAR speedup over UA")
+    # headroom above the tallest bar for the legends (the panels share the axis)
+    tallest = max((r["speedup"] for r in rows if r["speedup"] is not None), default=1.0)
+    axes[0].set_ylim(0.0, 1.35 * max(1.0, tallest))
     fig.suptitle("Fig 13: sensitivity to NAR granularity")
 
 
@@ -458,7 +472,7 @@ _RENDERERS: dict[str, tuple[Callable[[Figure, Mapping[str, Any]], None], tuple[f
     "fig10": (_render_fig10, (9.0, 3.5)),
     "fig11": (_render_fig11, (7.0, 3.5)),
     "fig12": (_render_fig12, (6.0, 3.5)),
-    "fig13": (_render_fig13, (6.0, 3.5)),
+    "fig13": (_render_fig13, (10.0, 3.5)),
     "fig14": (_render_fig14, (6.0, 3.5)),
 }
 

@@ -2,7 +2,8 @@
 
 :class:`NarPass` puts the plan's buffers in the NAR segment of granularity ``G``: a remote
 store then leaves through the ports of the NAR domain that owns the destination page's HBM
-stack (``nuna.topology.address.io_port``) instead of a hash over all ports. ``G = 1`` is the
+stack (``nuna.topology.address.io_port``; or of the domain nearest the issuing CU, when the
+topology's ``[nar] port_choice`` is ``"cu"``) instead of a hash over all ports. ``G = 1`` is the
 baseline routing (one domain holding every port).
 
 Choosing ``G`` (the compiler's job, §4.1: "exhaustively try all available NAR granularities ...
@@ -17,11 +18,12 @@ or use heuristic thresholds"):
 
   ``L(G)`` is the mean unloaded on-chip latency of the plan's remote stores (CU -> I/O port on
   the sender, port -> HBM stack on the receiver, from the topology's path tables; a port is
-  any port of the destination stack's domain with equal probability, a chunk the simulator will
-  place round-robin is on any stack with equal probability). ``B(G)`` is the largest number of
-  bytes any single I/O port (either direction) must carry, with the same probabilities, and
-  ``bw`` the port bandwidth. NAR shortens ``L`` and can concentrate ``B``; both terms are
-  affine in the collective size, so for a given plan and topology the choice changes only at
+  any port of the destination stack's domain with equal probability, or of the issuing CU's
+  domain when the topology picks NAR ports by CU; a chunk the simulator will place round-robin
+  is on any stack, a threadblock it will place on any CU, with equal probability). ``B(G)`` is
+  the largest number of bytes any single I/O port (either direction) must carry, with the same
+  probabilities, and ``bw`` the port bandwidth. NAR shortens ``L`` and can concentrate ``B``;
+  both terms are affine in the collective size, so for a given plan and topology the choice changes only at
   fixed sizes: the *size thresholds* ``S*`` where ``T(G) = T(G')`` for the adjacent winners
   (:func:`granularity_thresholds`), which is the statically determined threshold of the paper's
   footnote. Below the first threshold the finest granularity wins, above the last the baseline.
@@ -40,7 +42,7 @@ from nuna.passes.access import ChunkKey, RemoteStore, remote_stores
 from nuna.passes.base import PassContext, replace_placement
 from nuna.plan.ir import Plan
 from nuna.plan.verify import chunk_bytes_for
-from nuna.topology.address import nar_domain_ports, nar_domain_stacks, nar_granularities
+from nuna.topology.address import cu_nar_domains, nar_domain_ports, nar_domain_stacks, nar_granularities
 from nuna.topology.geometry import chip_geometry
 from nuna.topology.spec import TopologySpec
 
@@ -102,15 +104,26 @@ def estimate(plan: Plan, spec: TopologySpec, size_bytes: int,
     dst_lat[S] = dst_lat[:S].mean()
     cu_port = np.vstack([geo.cu_port.latency_ns, geo.cu_port.latency_ns.mean(axis=0)])  # row C: any CU
 
+    by_cu = g > 1 and spec.nar.port_choice == "cu"
+    if by_cu:
+        # the port distribution follows the issuing CU's domain (row C: a CU the simulator
+        # places, any CU equally likely), independently of the destination stack
+        p_cu = np.zeros((C + 1, P))
+        size = P // g
+        first = np.asarray(cu_nar_domains(spec, g))[:, None] * size
+        p_cu[np.arange(C)[:, None], first + np.arange(size)] = 1.0 / size
+        p_cu[C] = p_cu[:C].mean(axis=0)
+        stack_lat = np.hstack([port_stack, port_stack.mean(axis=1, keepdims=True)])  # (P, S + 1)
+
     cu_of = {(t.gpu, t.tb): t.cu for t in plan.placement.threadblocks}
     stack_of: dict[ChunkKey, int] = {}
     for c in plan.placement.chunks:
         stack_of.setdefault(ChunkKey(c.chunk, c.buffer, c.gpu), c.stack)
     gpu_index = {gp.id: i for i, gp in enumerate(plan.gpus)}
-    # chunk counts by what the model needs, then one vectorised evaluation
+    # chunk counts by what the model needs, then one evaluation per distinct key
     by_cu_stack: dict[tuple[int, int], int] = {}
-    by_src_stack: dict[tuple[int, int], int] = {}
-    by_dst_stack: dict[tuple[int, int], int] = {}
+    by_src: dict[tuple[int, int], int] = {}  # (GPU, stack or CU: what picks the port)
+    by_dst: dict[tuple[int, int], int] = {}
     for store in (remote_stores(plan) if stores is None else stores):
         cu = cu_of.get((store.gpu, store.tb), C)
         cu = cu if 0 <= cu < C else C
@@ -120,19 +133,24 @@ def estimate(plan: Plan, spec: TopologySpec, size_bytes: int,
             if store.target is not None:
                 found = stack_of.get(store.target._replace(chunk=store.target.chunk + k))
                 st = found if found is not None and 0 <= found < S else S
+            pick = cu if by_cu else st
             by_cu_stack[(cu, st)] = by_cu_stack.get((cu, st), 0) + 1
-            by_src_stack[(src, st)] = by_src_stack.get((src, st), 0) + 1
-            by_dst_stack[(dst, st)] = by_dst_stack.get((dst, st), 0) + 1
+            by_src[(src, pick)] = by_src.get((src, pick), 0) + 1
+            by_dst[(dst, pick)] = by_dst.get((dst, pick), 0) + 1
     total = sum(by_cu_stack.values())
     latency = 0.0
     for (cu, st), n in by_cu_stack.items():
-        latency += n * (float(cu_port[cu] @ p_port[st]) + float(dst_lat[st]))
+        if by_cu:
+            latency += n * (float(cu_port[cu] @ p_cu[cu]) + float(p_cu[cu] @ stack_lat[:, st]))
+        else:
+            latency += n * (float(cu_port[cu] @ p_port[st]) + float(dst_lat[st]))
+    dist = p_cu if by_cu else p_port
     egress = np.zeros((plan.ngpus, P))
     ingress = np.zeros((plan.ngpus, P))
-    for (gi, st), n in by_src_stack.items():
-        egress[gi] += n * chunk_bytes * p_port[st]
-    for (gi, st), n in by_dst_stack.items():
-        ingress[gi] += n * chunk_bytes * p_port[st]
+    for (gi, pick), n in by_src.items():
+        egress[gi] += n * chunk_bytes * dist[pick]
+    for (gi, pick), n in by_dst.items():
+        ingress[gi] += n * chunk_bytes * dist[pick]
     bw = min(chip.io_port_bandwidth_gbps, spec.scaleup.link_bandwidth_gbps,
              spec.scaleup.switch_port_bandwidth_gbps)
     max_bytes = float(max(egress.max(initial=0.0), ingress.max(initial=0.0)))

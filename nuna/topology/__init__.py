@@ -10,6 +10,7 @@ NAR domain maps; ``latency`` the uncontended characterization and calibration fi
 from nuna.topology.address import (
     baseline_physical_address,
     baseline_stack,
+    cu_nar_domains,
     io_port,
     io_ports_array,
     nar_domain_cus,
@@ -75,6 +76,7 @@ __all__ = [
     "build_pod",
     "calibration_report",
     "chip_geometry",
+    "cu_nar_domains",
     "default_topology",
     "io_port",
     "io_ports_array",

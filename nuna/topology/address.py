@@ -20,6 +20,10 @@ the summed port<->stack latency to the domain's ports, so every stack is in exac
 for each ``G``. An address in a NAR segment hashes only over the ports of the domain owning its
 stack. Which segment a buffer lives in travels with the plan (``Placement.nar_granularity``)
 rather than in upper address bits, so functions here take ``G`` as an argument.
+
+Which domain a store uses is the topology's ``[nar] port_choice``: ``"address"`` (the default,
+above) or ``"cu"``, the domain nearest the CU that issues the store (:func:`cu_nar_domains`),
+hashing over its ports all the same.
 """
 
 from __future__ import annotations
@@ -217,25 +221,51 @@ def nar_segment_cycle(spec: TopologySpec, nar_granularity: int | None) -> tuple[
     return tuple(nar_segment_stack(spec, j, nar_granularity) for j in range(period))
 
 
-def io_port(spec: TopologySpec, phys_addr: int, nar_granularity: int | None) -> int:
+@functools.cache
+def _cu_domains(chip: ChipSpec, g: int) -> tuple[int, ...]:
+    lat = chip_geometry(chip).cu_port.latency_ns  # (C, P)
+    size = chip.io_ports // g
+    mean = lat.reshape(lat.shape[0], g, size).mean(axis=2)  # domains are blocks of adjacent ports
+    # rounded so that float summation order cannot break ties; ties go to the lower domain
+    return tuple(int(d) for d in np.argmin(np.round(mean, 6), axis=1))
+
+
+def cu_nar_domains(spec: TopologySpec, g: int) -> tuple[int, ...]:
+    """For every CU, the NAR domain at granularity ``g`` whose ports are nearest on average
+    (mean CU -> port latency, the expected latency of a store hashed over them): the domain a
+    store of that CU uses when the topology's NAR port choice is ``"cu"``."""
+    _check_granularity(spec, g)
+    return _cu_domains(spec.chip, g)
+
+
+def io_port(spec: TopologySpec, phys_addr: int, nar_granularity: int | None, cu: int | None = None) -> int:
     """I/O port a remote access to ``phys_addr`` leaves through: the address hash over all
-    ports (``None`` or 1), or over the ports of the NAR domain owning the address's stack."""
+    ports (``None`` or 1), or over the ports of one NAR domain: the one owning the address's
+    stack, or, when the topology's NAR port choice is ``"cu"``, the one nearest ``cu`` (the
+    issuing CU, then required)."""
     _check_address(spec, phys_addr)
     h = mix64(phys_addr // spec.chip.address_hash_granularity_bytes)
     if nar_granularity is None or nar_granularity == 1:
         if nar_granularity is not None:
             _check_granularity(spec, nar_granularity)
         return h % spec.chip.io_ports
-    ports = nar_domain_ports(spec, nar_granularity)[
-        stack_domain(spec, nar_granularity, stack_of_address(spec, phys_addr))
-    ]
+    if spec.nar.port_choice == "cu":
+        if cu is None or not 0 <= cu < spec.chip.cus:
+            raise TopologyError(f"{spec.name} picks NAR ports by the issuing CU: give a CU "
+                                f"(0..{spec.chip.cus - 1}), got {cu!r}")
+        domain = cu_nar_domains(spec, nar_granularity)[cu]
+    else:
+        domain = stack_domain(spec, nar_granularity, stack_of_address(spec, phys_addr))
+    ports = nar_domain_ports(spec, nar_granularity)[domain]
     return ports[h % len(ports)]
 
 
 def io_ports_array(
-    spec: TopologySpec, phys_addrs: npt.ArrayLike, nar_granularity: int | None
+    spec: TopologySpec, phys_addrs: npt.ArrayLike, nar_granularity: int | None,
+    cus: npt.ArrayLike | None = None,
 ) -> npt.NDArray[np.int64]:
-    """Vectorised :func:`io_port` for many addresses (same results, element by element)."""
+    """Vectorised :func:`io_port` for many addresses (and issuing CUs: ``cus``, needed when the
+    topology picks NAR ports by CU); the same results, element by element."""
     addrs = np.asarray(phys_addrs, dtype=np.int64)
     if addrs.size and (addrs.min() < 0 or addrs.max() >= address_space_bytes(spec)):
         raise TopologyError("physical address outside the GPU's address space")
@@ -244,11 +274,18 @@ def io_ports_array(
     g = 1 if nar_granularity is None else nar_granularity
     _check_granularity(spec, g)
     size = chip.io_ports // g
+    within = (h % np.uint64(size)).astype(np.int64)
+    if g > 1 and spec.nar.port_choice == "cu":
+        if cus is None:
+            raise TopologyError(f"{spec.name} picks NAR ports by the issuing CU: give the CUs")
+        cu = np.broadcast_to(np.asarray(cus, dtype=np.int64), addrs.shape)
+        if cu.size and (cu.min() < 0 or cu.max() >= chip.cus):
+            raise TopologyError(f"CU outside 0..{chip.cus - 1}")
+        return np.asarray(cu_nar_domains(spec, g), dtype=np.int64)[cu] * size + within
     owner = np.zeros(chip.hbm_stacks, dtype=np.int64)
     for d, stacks in enumerate(nar_domain_stacks(spec, g)):
         owner[list(stacks)] = d
     stacks_of = (addrs // chip.page_bytes) % chip.hbm_stacks
-    within = (h % np.uint64(size)).astype(np.int64)
     return owner[stacks_of] * size + within
 
 
@@ -299,11 +336,8 @@ def nearest_stack(spec: TopologySpec, cu: int) -> int:
 
 
 def nar_domain_cus(spec: TopologySpec, g: int) -> tuple[tuple[int, ...], ...]:
-    """CUs grouped by the NAR domain whose ports they are nearest to (mean CU->port latency;
-    ties to the lower domain). For pictures and reports; NAP orders CUs with
+    """CUs grouped by the NAR domain whose ports they are nearest to (:func:`cu_nar_domains`).
+    For pictures and reports; NAP orders CUs with
     ``nuna.passes.nap.domain_cu_classes``."""
-    geo = chip_geometry(spec.chip)
-    domains = nar_domain_ports(spec, g)
-    mean = np.stack([geo.cu_port.latency_ns[:, list(d)].mean(axis=1) for d in domains], axis=1)
-    owner = np.argmin(np.round(mean, 6), axis=1)
-    return tuple(tuple(int(c) for c in np.flatnonzero(owner == d)) for d in range(len(domains)))
+    owner = np.asarray(cu_nar_domains(spec, g))
+    return tuple(tuple(int(c) for c in np.flatnonzero(owner == d)) for d in range(g))

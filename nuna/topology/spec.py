@@ -149,6 +149,27 @@ ROUTER_DEFAULT_SOURCE = (
 )
 
 
+#: How a NAR store picks its domain (``[nar] port_choice``): the domain that owns the destination
+#: address (the segment partitioned into per-domain ranges, paper §4.1.2 and Fig 5), or the
+#: domain nearest the issuing CU ("a subset of I/O ports physically closer to the CU", §4.1; the
+#: account of Fig 13 in §6.5, where few threadblocks leave domains unused).
+NAR_PORT_CHOICES = ("address", "cu")
+
+
+@dataclass(frozen=True, slots=True)
+class NarSpec:
+    """NUNA-aware routing in hardware: ``port_choice`` is one of :data:`NAR_PORT_CHOICES`.
+    Within the chosen domain a store's port is the address hash over the domain's ports."""
+
+    port_choice: str = "address"
+
+
+#: source note of the NAR port choice when a file leaves it out
+NAR_DEFAULT_SOURCE = (
+    "default: paper §4.1.2 and Fig 5 (address bits select the segment and its domain's ports)"
+)
+
+
 @dataclass(frozen=True, slots=True)
 class TopologySpec:
     """A chip plus the scale-up network joining copies of it. ``sources`` maps each dotted key
@@ -160,6 +181,7 @@ class TopologySpec:
     chip: ChipSpec
     scaleup: ScaleUpSpec
     router: RouterSpec = RouterSpec()
+    nar: NarSpec = NarSpec()
     sources: tuple[tuple[str, str], ...] = field(default=(), compare=False)
     path: str | None = field(default=None, compare=False)
 
@@ -327,7 +349,7 @@ class _Parser:
         return TopologyError(f"{self.where}: {key}: {problem}")
 
     def topology(self, doc: Mapping[str, Any]) -> TopologySpec:
-        allowed = {"format", "name", "description", "chip", "scaleup", "router"}
+        allowed = {"format", "name", "description", "chip", "scaleup", "router", "nar"}
         for key in doc:
             if key not in allowed:
                 raise self.fail(key, f"unknown key (expected one of {', '.join(sorted(allowed))})")
@@ -343,7 +365,8 @@ class _Parser:
         chip = self.chip(self.table(doc, "chip"))
         scaleup = self.scaleup(self.table(doc, "scaleup"))
         router = self.router(self.table(doc, "router") if "router" in doc else {})
-        return TopologySpec(name, description, chip, scaleup, router, tuple(self.sources), self.where)
+        nar = self.nar(self.table(doc, "nar") if "nar" in doc else {})
+        return TopologySpec(name, description, chip, scaleup, router, nar, tuple(self.sources), self.where)
 
     def string(self, doc: Mapping[str, Any], key: str) -> str:
         value = doc[key]
@@ -474,6 +497,16 @@ class _Parser:
             else:
                 self.sources.append((f"router.{key}", ROUTER_DEFAULT_SOURCE))
         return RouterSpec(**values)
+
+    def nar(self, table: Mapping[str, Any]) -> NarSpec:
+        """``[nar]``: optional; a missing ``port_choice`` is ``"address"``, noted as a default."""
+        for key in table:
+            if key != "port_choice":
+                raise self.fail(f"nar.{key}", "unknown key")
+        if "port_choice" not in table:
+            self.sources.append(("nar.port_choice", NAR_DEFAULT_SOURCE))
+            return NarSpec()
+        return NarSpec(self.choice("nar", table, "port_choice", NAR_PORT_CHOICES))
 
     def scaleup(self, table: Mapping[str, Any]) -> ScaleUpSpec:
         kind = self.choice("scaleup", table, "kind", _SCALEUP_KINDS)

@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 
 from nuna.passes import PassContext, apply_config, choose_granularity
+from nuna.passes.nar import estimate
 from nuna.passes.report import compare, format_comparison
 from nuna.plan.generate import generate
 from nuna.plan.xml import dump, load
 from nuna.sim.replay import simulate
-from nuna.topology.address import nar_domain_ports, nar_granularities
-from nuna.topology.spec import TopologySpec
+from nuna.topology.address import cu_nar_domains, nar_domain_ports, nar_granularities
+from nuna.topology.spec import TopologySpec, load_topology
 from tests.conftest import PLANS_MSCCL, CliResult
 
 FIG7 = PLANS_MSCCL / "allgather_allpairs_n2_i2_LL128.xml"
@@ -57,6 +58,34 @@ def test_nar_uses_only_its_domains_ports(spec: TopologySpec) -> None:
     # without NAR the same placement hashes over every port
     hashed = simulate(apply_config(plan, "NAP", PassContext(spec, size)), spec, size)
     assert (hashed.port_egress_bytes.sum(axis=0) > 0).all()
+
+
+@pytest.mark.parametrize("g", [2, 12])
+def test_nar_by_cu_uses_only_the_ports_of_each_storing_cus_domain(spec: TopologySpec, g: int) -> None:
+    by_cu = load_topology("nuna-4die-nar-cu")
+    plan = generate("allgather", 4, tbs_per_peer=2)
+    size = plan.nchunksperloop * 8192
+    placed = apply_config(plan, "UA+NAR", PassContext(by_cu, size), g)
+    r = simulate(placed, by_cu, size)
+    domains = cu_nar_domains(by_cu, g)
+    for gi, gpu in enumerate(placed.gpus):
+        cus = [t.cu for t in placed.placement.threadblocks if t.gpu == gpu.id]
+        allowed = {p for cu in cus for p in nar_domain_ports(by_cu, g)[domains[cu]]}
+        assert {int(p) for p in r.port_egress_bytes[gi].nonzero()[0]} <= allowed
+    assert int(r.port_egress_bytes.sum()) == r.remote_bytes
+    # the heuristic's port model follows the same rule; with one port per domain it is exact
+    est = estimate(placed, by_cu, size)
+    busiest = max(int(r.port_egress_bytes.max()), int(r.port_ingress_bytes.max()))
+    if g == by_cu.chip.io_ports:
+        assert est.max_port_bytes == busiest
+    else:
+        assert est.max_port_bytes <= busiest * 1.5
+    # choosing ports by address spreads the same placement over other ports; without NAR the
+    # two topologies are the same machine
+    by_address = simulate(placed, spec, size)
+    assert not (by_address.port_egress_bytes == r.port_egress_bytes).all()
+    base = apply_config(plan, "UA", PassContext(by_cu, size))
+    assert simulate(base, by_cu, size).time_ns == simulate(base, spec, size).time_ns
 
 
 def test_auto_picks_the_fastest_simulated_granularity(spec: TopologySpec) -> None:

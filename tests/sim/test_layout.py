@@ -142,15 +142,18 @@ def test_receive_buffers_follow_scratch(spec) -> None:  # type: ignore[no-untype
 
 @settings(max_examples=30, deadline=None)
 @given(pages=st.lists(st.tuples(st.integers(0, 15), st.integers(0, 5000)), min_size=1, max_size=8),
-       offset=st.integers(0, 4095), nar=st.sampled_from([None, 1, 2, 3, 4, 6, 12]))
+       offset=st.integers(0, 4095), nar=st.sampled_from([None, 1, 2, 3, 4, 6, 12]),
+       cu=st.one_of(st.none(), st.integers(0, 1007)))
 def test_replay_port_hash_matches_the_topology(pages: list[tuple[int, int]], offset: int,
-                                               nar: int | None) -> None:
-    # the replay re-implements the address map in numba; it must agree with nuna.topology
+                                               nar: int | None, cu: int | None) -> None:
+    # the replay re-implements the address map in numba; it must agree with nuna.topology, for
+    # ports chosen by the address and (``cu``) by the storing CU
     from nuna.sim import engine as eng
-    from nuna.topology.address import io_port, nar_domain_stacks
+    from nuna.topology.address import cu_nar_domains, io_port, nar_domain_stacks
 
-    spec = load_topology("nuna-4die")
+    spec = load_topology("nuna-4die" if cu is None else "nuna-4die-nar-cu")
     g = nar or 1
+    domain = cu_nar_domains(spec, g)[cu] if cu is not None and g > 1 else -1
     owner = np.zeros(spec.chip.hbm_stacks, dtype=np.int64)
     for d, stacks in enumerate(nar_domain_stacks(spec, g)):
         owner[list(stacks)] = d
@@ -161,6 +164,6 @@ def test_replay_port_hash_matches_the_topology(pages: list[tuple[int, int]], off
         vaddr = j * page + offset
         _, _, _, port, stack = eng._line_class(0, 0, -1, -1, -1, vaddr, np.zeros(1, np.int64), page_stack,
                                                page_phys, page, spec.chip.address_hash_granularity_bytes,
-                                               owner, spec.chip.io_ports // g)
+                                               owner, spec.chip.io_ports // g, domain)
         assert stack == pages[j][0]
-        assert port == io_port(spec, int(page_phys[j]) + offset, nar)
+        assert port == io_port(spec, int(page_phys[j]) + offset, nar, cu)

@@ -14,6 +14,7 @@ from nuna.topology import (
     baseline_physical_address,
     baseline_stack,
     chip_geometry,
+    cu_nar_domains,
     default_topology,
     io_port,
     io_ports_array,
@@ -230,3 +231,43 @@ def test_nar_domain_cus_partition_the_cus() -> None:
     left, _right = nar_domain_cus(SPEC, 2)
     geo = chip_geometry(CHIP)
     assert all(geo.router_xy[geo.cu_router[c], 0] < 12 for c in left)
+
+
+BY_CU = load_topology("nuna-4die-nar-cu")
+
+
+@pytest.mark.parametrize("g", [2, 3, 4, 6, 12])
+def test_a_cus_nar_domain_is_the_one_with_the_nearest_ports_on_average(g: int) -> None:
+    geo = chip_geometry(CHIP)
+    domains = cu_nar_domains(SPEC, g)
+    assert len(domains) == CHIP.cus
+    ports = nar_domain_ports(SPEC, g)
+    mean = np.stack([geo.cu_port.latency_ns[:, list(p)].mean(axis=1) for p in ports], axis=1)
+    assert np.all(mean[np.arange(CHIP.cus), domains] <= mean.min(axis=1) + 1e-6)
+    # the same rule groups the CUs for pictures and reports
+    assert all(domains[c] == d for d, cus in enumerate(nar_domain_cus(SPEC, g)) for c in cus)
+
+
+@settings(max_examples=200)
+@given(addresses, st.integers(0, CHIP.cus - 1), st.sampled_from([None, 1, 2, 3, 4, 6, 12]))
+def test_io_port_by_cu_stays_in_the_cus_domain(addr: int, cu: int, g: int | None) -> None:
+    port = io_port(BY_CU, addr, g, cu)
+    if g is None or g == 1:
+        assert port == io_port(SPEC, addr, g)  # no NAR: the same hash over every port
+    else:
+        assert port in nar_domain_ports(BY_CU, g)[cu_nar_domains(BY_CU, g)[cu]]
+        # the hash within the domain is the address's, as with the choice by address
+        assert port % (CHIP.io_ports // g) == io_port(SPEC, addr, g) % (CHIP.io_ports // g)
+    assert io_ports_array(BY_CU, [addr], g, [cu]).tolist() == [port]
+
+
+def test_io_port_by_cu_needs_the_cu() -> None:
+    with pytest.raises(TopologyError, match="issuing CU"):
+        io_port(BY_CU, 0, 4)
+    with pytest.raises(TopologyError, match="issuing CU"):
+        io_port(BY_CU, 0, 4, CHIP.cus)
+    with pytest.raises(TopologyError, match="issuing CU"):
+        io_ports_array(BY_CU, [0], 4)
+    with pytest.raises(TopologyError, match="CU outside"):
+        io_ports_array(BY_CU, [0], 4, [-1])
+    assert io_port(BY_CU, 0, None) == io_port(SPEC, 0, None)  # baseline routing needs none

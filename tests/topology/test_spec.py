@@ -14,7 +14,7 @@ from nuna.errors import TopologyError
 from nuna.topology import available_topologies, default_topology, load_topology, parse_topology
 from tests.conftest import REPO, CliResult
 
-SHIPPED = ("flat-switch", "mi210-like", "mi300x-like", "mi355x-like", "nuna-4die")
+SHIPPED = ("flat-switch", "mi210-like", "mi300x-like", "mi355x-like", "nuna-4die", "nuna-4die-nar-cu")
 GOOD = (REPO / "topologies" / "nuna-4die.toml").read_text()
 
 
@@ -122,6 +122,10 @@ BAD_FILES = {
                         r"router\.vcs: value 0 out of range"),
     "router float vcs": (_mutate("vcs = { value = 4,", "vcs = { value = 4.5,"),
                          r"router\.vcs: expected an integer"),
+    "nar unknown key": (GOOD.replace("[nar]", "[nar]\nmode = { value = 2, source = \"x\" }", 1),
+                        r"nar\.mode: unknown key"),
+    "nar bad choice": (_mutate('port_choice = { value = "address"', 'port_choice = { value = "stack"'),
+                       r"nar\.port_choice: 'stack' is not one of address, cu"),
 }
 
 
@@ -204,3 +208,21 @@ def test_installed_package_finds_names_in_package_data(monkeypatch: pytest.Monke
     spec = load_topology("mi300x-like")
     assert spec.path == "nuna/topology/data/mi300x-like.toml"
     assert spec == load_topology(REPO / "topologies" / "mi300x-like.toml")
+
+
+def test_nar_port_choice_is_optional_and_a_missing_one_is_noted_as_by_address() -> None:
+    spec = load_topology("nuna-4die")
+    assert spec.nar.port_choice == "address"
+    assert (spec.source("nar.port_choice") or "").startswith("paper §4.1.2")
+    without = parse_topology(GOOD[: GOOD.index("[nar]")])
+    assert without == spec
+    assert (without.source("nar.port_choice") or "").startswith("default: paper §4.1.2")
+    assert load_topology("nuna-4die-nar-cu").nar.port_choice == "cu"
+
+
+def test_the_nar_cu_variant_is_nuna_4die_but_for_its_name_and_nar_port_choice() -> None:
+    base, variant = load_topology("nuna-4die"), load_topology("nuna-4die-nar-cu")
+    assert variant != base
+    assert (variant.chip, variant.scaleup, variant.router) == (base.chip, base.scaleup, base.router)
+    # every other source note is nuna-4die's too, so an edit of one file shows up here
+    assert dict(variant.sources) | {"nar.port_choice": ""} == dict(base.sources) | {"nar.port_choice": ""}
