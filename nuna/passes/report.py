@@ -47,6 +47,10 @@ class ConfigRow:
     remote_store_hops: float
     remote_store_sender_hops: float
     remote_store_receiver_hops: float
+    wait_cu_ns: float  # mean wait per grant, by where (nuna.sim.network.WAIT_CLASSES)
+    wait_mesh_ns: float
+    wait_port_ns: float
+    wait_switch_ns: float
     die_crossing_bytes: int
     port_balance: float
     ports_used: int
@@ -130,12 +134,23 @@ def compare(plan: Plan, spec: TopologySpec, size_bytes: int, configs: Sequence[s
             remote_store_hops=result.noc_hops.get("remote_store_mean", 0.0),
             remote_store_sender_hops=result.noc_hops.get("remote_store_sender_mean", 0.0),
             remote_store_receiver_hops=result.noc_hops.get("remote_store_receiver_mean", 0.0),
+            wait_cu_ns=_mean_wait(result, ("cu_to_mesh",)),
+            wait_mesh_ns=_mean_wait(result, ("mesh", "die_crossing")),
+            wait_port_ns=_mean_wait(result, ("mesh_to_port",)),
+            wait_switch_ns=_mean_wait(result, ("switch_to_port",)),
             die_crossing_bytes=result.die_crossing_bytes, port_balance=balance, ports_used=used,
             tbs_per_domain=_tbs_per_domain(plan, spec, cus, g_count), domains_counted=g_count,
             threadblocks_moved=int((cus != ref_cus).sum()), pages_moved=int((pages != ref_pages).sum()),
             result=result,
         ))
     return Comparison(plan.name, spec.name, size_bytes, tuple(rows))
+
+
+def _mean_wait(result: SimResult, classes: tuple[str, ...]) -> float:
+    """Mean time a packet's head waited for an edge of ``classes`` (ns per grant)."""
+    q = [result.queueing[c] for c in classes if c in result.queueing]
+    grants = sum(v["grants"] for v in q)
+    return sum(v["total"] for v in q) / grants if grants else 0.0
 
 
 _ROWS: tuple[tuple[str, str], ...] = (
@@ -149,6 +164,10 @@ _ROWS: tuple[tuple[str, str], ...] = (
     ("NoC hops/flit, remote store", "remote_store_hops"),
     ("  sender: CU -> I/O port", "remote_store_sender_hops"),
     ("  receiver: I/O port -> HBM", "remote_store_receiver_hops"),
+    ("queueing per hop (ns): CU issue", "wait_cu"),
+    ("  mesh link", "wait_mesh"),
+    ("  into I/O port", "wait_port"),
+    ("  switch output", "wait_switch"),
     ("die-crossing bytes", "die"),
     ("I/O port max/mean", "balance"),
     ("I/O ports used", "ports"),
@@ -168,6 +187,8 @@ def _cell(row: ConfigRow, key: str) -> str:
         "remote_store_hops": f"{row.remote_store_hops:.1f}", "die": f"{row.die_crossing_bytes:,}",
         "remote_store_sender_hops": f"{row.remote_store_sender_hops:.1f}",
         "remote_store_receiver_hops": f"{row.remote_store_receiver_hops:.1f}",
+        "wait_cu": f"{row.wait_cu_ns:.1f}", "wait_mesh": f"{row.wait_mesh_ns:.1f}",
+        "wait_port": f"{row.wait_port_ns:.1f}", "wait_switch": f"{row.wait_switch_ns:.1f}",
         "balance": f"{row.port_balance:.2f}", "ports": str(row.ports_used),
         "tbs": f"{'/'.join(str(n) for n in row.tbs_per_domain)} (G={row.domains_counted})",
         "moved": str(row.threadblocks_moved), "pages": f"{row.pages_moved:,}",

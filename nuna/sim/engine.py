@@ -97,9 +97,10 @@ NEF = 8
 # requests waiting for the edge (list via PI_WNEXT); the packet of this input port that bids;
 # the port's other ready heads (list via PI_RNEXT); on the arbitration stack; round-robin VC
 # pointer; blocked on credits; packets granted; for a source queue, the length below which the
-# engine posts an EV_ROOM event when a packet leaves it (0: never)
+# engine posts an EV_ROOM event when a packet leaves it (0: never); delay class (event queue);
+# wait class (the row of State.wait that adds up the waiting for this edge)
 EI_CAP, EI_NVC, EI_FIFO, EI_VBASE, EI_WHEAD, EI_WTAIL, EI_ACTIVE, EI_RHEAD, EI_RTAIL, EI_INSTACK, EI_RR, \
-    EI_CWAIT, EI_PKTS, EI_NOTIFY, EI_DCLASS = range(15)
+    EI_CWAIT, EI_PKTS, EI_NOTIFY, EI_DCLASS, EI_WCLASS = range(16)
 NEI = 16
 # State.vf columns (per virtual channel of a buffered edge): credits in use, FIFO of packets,
 # pending credit returns, time a new head may bid, packets queued (source queues only), then the
@@ -133,8 +134,9 @@ State = namedtuple(
         "stack",  # i4[E] edges to arbitrate at the current time
         "vf",  # f8[VC rows, VF_RING + 2R]
         "pi",  # i4[P, NPI]
-        "pf",  # f8[P, 2] time the tail reached (or reaches) the packet's current buffer; time it
-        # left its source queue (-1 until then)
+        "pf",  # f8[P, 4] time the tail reached (or reaches) the packet's current buffer; time it
+        # left its source queue (-1 until then); time its head reached (reaches) that buffer
+        "wait",  # f8[K] time heads waited in a buffer for their next edge, by its wait class
         "heap",  # f8[N + 3, 2] event times in column 0 (4-ary heap, node i in row i + 3)
         "heapk",  # i8[N + 3, 2] the same memory: (sequence << 28 | payload) in column 1
         "fq",  # f8[D * C, 2] one FIFO ring of C events per delay class (time, key as in heap)
@@ -147,8 +149,10 @@ State = namedtuple(
 
 
 def make_net(lat: F8, bandwidth: F8, cap: I8, nvc: I4, cdelay: F8, fifo: U1, setup: F8,
-             seg_ptr: I8, seg_edge: I4, flit_bytes: float, notify: I8 | None = None) -> Any:
-    """Validate and pack edge and segment arrays into a :data:`Net`."""
+             seg_ptr: I8, seg_edge: I4, flit_bytes: float, notify: I8 | None = None,
+             wait_class: I8 | None = None) -> Any:
+    """Validate and pack edge and segment arrays into a :data:`Net`. ``wait_class``: per edge,
+    the row of ``State.wait`` that adds up the time heads wait for it (default: all row 0)."""
     bandwidth = np.asarray(bandwidth, np.float64)
     E = bandwidth.shape[0]
     ef = np.zeros((E, NEF))
@@ -173,6 +177,8 @@ def make_net(lat: F8, bandwidth: F8, cap: I8, nvc: I4, cdelay: F8, fifo: U1, set
     ei[:, [EI_WHEAD, EI_WTAIL, EI_ACTIVE, EI_RHEAD, EI_RTAIL]] = -1
     if notify is not None:
         ei[:, EI_NOTIFY] = notify
+    if wait_class is not None:
+        ei[:, EI_WCLASS] = wait_class
     ei[:, EI_DCLASS] = _delay_classes(ef[:, EF_LAT])
     return Net(ef, ei, np.ascontiguousarray(seg_ptr, np.int64), np.ascontiguousarray(seg_edge, np.int32),
                np.array([float(flit_bytes)]))
@@ -257,8 +263,10 @@ def make_state(net: Any, packets: int, heap: int, ring: int) -> Any:
     D = max(1, int(net.ei[:, EI_DCLASS].max()) + 1 if E else 1)
     C = 1 << min(18, max(4, int(P).bit_length()))
     fq = _aligned(2 * D * C).reshape(D * C, 2)
-    return State(ef, ei, np.zeros(max(1, E), np.int32), vf, pi, np.zeros((P, 2)), h, hk, fq,
-                 fq.view(np.int64), np.zeros((D, 2), np.int64), np.full(D, INF), ctr)
+    # 32-byte packet rows (three columns used): a row never straddles two cache lines
+    K = int(net.ei[:, EI_WCLASS].max()) + 1 if E else 1
+    return State(ef, ei, np.zeros(max(1, E), np.int32), vf, pi, _aligned(4 * P).reshape(P, 4),
+                 np.zeros(K), h, hk, fq, fq.view(np.int64), np.zeros((D, 2), np.int64), np.full(D, INF), ctr)
 
 
 def edge_bytes(st: Any) -> npt.NDArray[np.int64]:
@@ -766,6 +774,9 @@ def _grant(net: Any, st: Any, p: int, ein: int, e: int, v: int, leg: int, pos: i
             pi[tail, PI_VNEXT] = p
         vf[kk, VF_TAIL] = p
     st.pf[p, 0] = t_lf + lat
+    # queueing report: the head waited here since it reached this buffer (set-up included)
+    st.wait[ei[e, EI_WCLASS]] += now - st.pf[p, 2]
+    st.pf[p, 2] = now + lat
     ev_push(st, ei[e, EI_DCLASS], now + lat, EV_ARRIVE | (p << 3))
 
 
@@ -882,6 +893,7 @@ def enter(net: Any, st: Any, p: int, now: float, tail: float) -> None:
     pi[p, PI_VNEXT] = -1
     st.pf[p, 0] = tail if tail > now else now
     st.pf[p, 1] = -1.0
+    st.pf[p, 2] = now
     e = cur_edge(net, st, p)
     leg, _, _ = next_pos(net, st, p)
     if leg < 0:

@@ -55,6 +55,15 @@ SEG_KINDS: tuple[str, ...] = ("load_request", "read_data", "local_store", "remot
 #: Edge classes for reports (``PodNet.edge_class`` codes).
 EDGE_CLASSES: tuple[str, ...] = ("noc", "die_crossing", "cu", "io", "hbm", "scaleup", "virtual")
 
+#: Where a packet's head waits for its next edge (``PodNet.wait_class`` codes), named by that
+#: edge: "cu_to_mesh" is the CU's in-order issue queue and its link into the mesh, "mesh" a
+#: router waiting for a mesh link, "mesh_to_port" the last router before an I/O port,
+#: "switch_to_port" the switch's output port, "alu" the CU's reduction queue.
+WAIT_CLASSES: tuple[str, ...] = (
+    "cu_to_mesh", "mesh", "die_crossing", "mesh_to_port", "port_to_switch", "switch_to_port",
+    "port_to_mesh", "mesh_to_hbm", "hbm_access", "hbm_to_mesh", "mesh_to_cu", "alu",
+)
+
 
 _BOOKSIM = RouterSpec()
 
@@ -95,6 +104,7 @@ class PodNet:
     seg_start: tuple[int, ...]  # first segment id of each kind in SEG_KINDS
     seg_hops: I32  # mesh links (die crossings included) on each segment
     edge_class: npt.NDArray[np.int8]  # per local edge id, codes into EDGE_CLASSES
+    wait_class: npt.NDArray[np.int8]  # per local edge id, codes into WAIT_CLASSES
     edge_bw: F64  # per local edge id, bytes per ns (inf: unlimited)
     edge_lat: F64  # per local edge id, ns
     reduce_bytes_per_ns: float
@@ -177,6 +187,19 @@ def build_pod_net(spec: TopologySpec, ngpus: int, router: RouterParams | None = 
     nrouters = chip.routers
     into_router = np.zeros(block, dtype=bool)
     into_router[:E0] = geo.edge_dst < nrouters
+
+    wc = {name: i for i, name in enumerate(WAIT_CLASSES)}
+    wait_class = np.zeros(block, dtype=np.int8)
+    for kind, (towards, away) in {"noc": ("mesh", "mesh"), "die_crossing": ("die_crossing", "die_crossing"),
+                                  "cu": ("cu_to_mesh", "mesh_to_cu"), "io": ("port_to_mesh", "mesh_to_port"),
+                                  "hbm": ("hbm_to_mesh", "mesh_to_hbm")}.items():
+        sel = np.flatnonzero(geo.edge_kind == EDGE_CODE[kind])
+        wait_class[sel] = np.where(into_router[sel], wc[towards], wc[away])
+    wait_class[cusrc:cusrc + C] = wc["cu_to_mesh"]  # sources: packets start there, never granted
+    wait_class[alusrc:alu + C] = wc["alu"]
+    wait_class[access:access + S] = wc["hbm_access"]
+    wait_class[up:up + P] = wc["port_to_switch"]
+    wait_class[down:down + P] = wc["switch_to_port"]
     cap = np.full(block, -1, dtype=np.int64)
     nvc = np.ones(block, dtype=np.int32)
     cdelay = np.zeros(block)
@@ -222,6 +245,6 @@ def build_pod_net(spec: TopologySpec, ngpus: int, router: RouterParams | None = 
     tile = ngpus
     net = eng.make_net(np.tile(lat, tile), np.tile(bw, tile), np.tile(cap, tile), np.tile(nvc, tile),
                        np.tile(cdelay, tile), np.tile(fifo, tile), np.tile(setup, tile), seg_ptr, seg_edge,
-                       chip.flit_bytes, np.tile(notify, tile))
+                       chip.flit_bytes, np.tile(notify, tile), np.tile(wait_class, tile))
     return PodNet(ngpus, geo, net, block, cusrc, alusrc, alu, access, up, down, seg_start,
-                  np.concatenate(hops).astype(np.int32), edge_class, bw, lat, reduce_rate)
+                  np.concatenate(hops).astype(np.int32), edge_class, wait_class, bw, lat, reduce_rate)

@@ -35,7 +35,7 @@ from nuna.plan.dag import NONE, STEP_TYPES, FlatPlan, ReplayDag, build_dag, flat
 from nuna.plan.ir import Plan
 from nuna.sim import engine as eng
 from nuna.sim.layout import MemoryLayout, memory_layout, threadblock_cus
-from nuna.sim.network import EDGE_CLASSES, PodNet, RouterParams, build_pod_net
+from nuna.sim.network import EDGE_CLASSES, WAIT_CLASSES, PodNet, RouterParams, build_pod_net
 from nuna.sim.result import ChipLinkTable, LatencyStats, SimResult
 from nuna.topology.address import cu_nar_domains, nar_domain_stacks
 from nuna.topology.build import local_node
@@ -423,6 +423,15 @@ def _result(plan: Plan, spec: TopologySpec, size_bytes: int, psize: int, seed: i
         w = lines[sel]
         hops[f"{name}_mean"] = float((h(sel) * w).sum() / w.sum()) if w.sum() > 0 else 0.0
     hops["remote_store_mean"] = hops["remote_store_sender_mean"] + hops["remote_store_receiver_mean"]
+    # queueing by where heads waited; a grant moves one packet (one line with 256-byte packets)
+    grants = st.ei[:, eng.EI_PKTS].astype(np.int64).reshape(ngpus, block).sum(axis=0)
+    queueing: dict[str, dict[str, float]] = {}
+    for c, name in enumerate(WAIT_CLASSES):
+        n = int(grants[net.wait_class == c].sum())
+        if n:
+            # rounded: waits of zero come out as sums of +-1e-14 float residues
+            total = round(float(st.wait[c]), 6)
+            queueing[name] = {"grants": n, "total": total, "mean": round(total / n, 9)}
     die = net.edge_class == EDGE_CLASSES.index("die_crossing")
     ntr = int(R.rc[eng.R_TR_N])
     tr_bytes = R.tr_bytes[:ntr].reshape(ntr, 2, ngpus * P).transpose(0, 2, 1) if trace else \
@@ -438,7 +447,7 @@ def _result(plan: Plan, spec: TopologySpec, size_bytes: int, psize: int, seed: i
         port_egress_busy_ns=e_busy[:, net.up:net.up + P].copy(),
         port_ingress_busy_ns=e_busy[:, net.down:net.down + P].copy(),
         link_classes=classes, busiest_links=busiest, chip_link_table=_chip_links(net, e_bytes, util),
-        noc_hops=hops,
+        noc_hops=hops, queueing=queueing,
         die_crossing_bytes=int(e_bytes[:, die].sum()), remote_bytes=int(R.stat_f[eng.S_REMOTE_BYTES]),
         landed_bytes=R.landed.copy(), sent_bytes=sent, steps=nn, jobs=njobs, events=int(st.ctr[eng.C_EVENTS]),
         wall_s=time.perf_counter() - started,

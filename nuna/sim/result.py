@@ -121,6 +121,9 @@ class SimResult:
     busiest_links: tuple[dict[str, Any], ...]
     chip_link_table: ChipLinkTable = field(repr=False)  # every physical chip edge (see chip_links)
     noc_hops: dict[str, float]
+    # by where heads waited (nuna.sim.network.WAIT_CLASSES): grants and ns waited in total and
+    # per grant, from a head reaching a buffer to the grant of its next edge
+    queueing: dict[str, dict[str, float]]
     die_crossing_bytes: int
     remote_bytes: int
     landed_bytes: I64  # [src gpu, dst gpu]
@@ -183,6 +186,7 @@ class SimResult:
             "links": self.link_classes,
             "busiest_links": list(self.busiest_links),
             "noc_hops": self.noc_hops,
+            "queueing_ns": self.queueing,
             "die_crossing_bytes": self.die_crossing_bytes,
             "remote_bytes": self.remote_bytes,
             "landed_bytes": self.landed_bytes.tolist(),

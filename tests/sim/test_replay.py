@@ -73,6 +73,22 @@ def test_uncontended_flit_takes_the_sum_of_its_path_latencies(  # type: ignore[n
     assert res.time_ns == pytest.approx(load + store, abs=1e-6)
     assert res.port_egress_bytes[0, port] == 256
     assert res.port_egress_bytes.sum() == 256
+    # alone in the network, no head ever waits
+    assert sum(q["total"] for q in res.queueing.values()) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_queueing_report_counts_every_grant_and_finds_the_bottleneck(spec) -> None:  # type: ignore[no-untyped-def]
+    # latency-bound: one threadblock per peer, 100 kB; bandwidth-bound: 16 per peer, 16 MB
+    small = simulate(generate("allgather", 2, tbs_per_peer=1), spec, 100_000)
+    big = simulate(generate("allgather", 2, tbs_per_peer=16), spec, 16_000_000)
+    for res in (small, big):
+        assert sum(q["grants"] for q in res.queueing.values()) == res.events
+        assert all(q["total"] >= -1e-6 and q["mean"] == pytest.approx(q["total"] / q["grants"])
+                   for q in res.queueing.values())
+    # saturated ports queue their traffic in the routers before them, and much more per line
+    # than an idle network does
+    assert big.queueing["mesh_to_port"]["mean"] > 10 * max(1.0, small.queueing["mesh_to_port"]["mean"])
+    assert big.queueing["mesh_to_port"]["mean"] > big.queueing["mesh_to_hbm"]["mean"]
 
 
 def test_large_transfer_is_bandwidth_bound() -> None:
