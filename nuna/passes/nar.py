@@ -23,8 +23,8 @@ or use heuristic thresholds"):
   is on any stack, a threadblock it will place on any CU, with equal probability). ``B(G)`` is
   the largest number of bytes any single I/O port (either direction) must carry, with the same
   probabilities, and ``bw`` the port bandwidth. NAR shortens ``L`` and can concentrate ``B``;
-  both terms are affine in the collective size, so for a given plan and topology the choice changes only at
-  fixed sizes: the *size thresholds* ``S*`` where ``T(G) = T(G')`` for the adjacent winners
+  both terms are affine in the collective size, so for a given plan and topology the choice
+  changes only at fixed sizes: the *size thresholds* ``S*`` where ``T(G) = T(G')`` for the adjacent winners
   (:func:`granularity_thresholds`), which is the statically determined threshold of the paper's
   footnote. Below the first threshold the finest granularity wins, above the last the baseline.
 """
@@ -109,9 +109,9 @@ def estimate(plan: Plan, spec: TopologySpec, size_bytes: int,
         # the port distribution follows the issuing CU's domain (row C: a CU the simulator
         # places, any CU equally likely), independently of the destination stack
         p_cu = np.zeros((C + 1, P))
-        size = P // g
-        first = np.asarray(cu_nar_domains(spec, g))[:, None] * size
-        p_cu[np.arange(C)[:, None], first + np.arange(size)] = 1.0 / size
+        cu_domain = np.asarray(cu_nar_domains(spec, g))
+        for d, ports in enumerate(nar_domain_ports(spec, g)):
+            p_cu[np.ix_(np.flatnonzero(cu_domain == d), np.asarray(ports))] = 1.0 / len(ports)
         p_cu[C] = p_cu[:C].mean(axis=0)
         stack_lat = np.hstack([port_stack, port_stack.mean(axis=1, keepdims=True)])  # (P, S + 1)
 

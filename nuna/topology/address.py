@@ -222,10 +222,9 @@ def nar_segment_cycle(spec: TopologySpec, nar_granularity: int | None) -> tuple[
 
 
 @functools.cache
-def _cu_domains(chip: ChipSpec, g: int) -> tuple[int, ...]:
+def _cu_domains(chip: ChipSpec, domains: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
     lat = chip_geometry(chip).cu_port.latency_ns  # (C, P)
-    size = chip.io_ports // g
-    mean = lat.reshape(lat.shape[0], g, size).mean(axis=2)  # domains are blocks of adjacent ports
+    mean = np.stack([lat[:, list(ports)].mean(axis=1) for ports in domains], axis=1)
     # rounded so that float summation order cannot break ties; ties go to the lower domain
     return tuple(int(d) for d in np.argmin(np.round(mean, 6), axis=1))
 
@@ -234,8 +233,7 @@ def cu_nar_domains(spec: TopologySpec, g: int) -> tuple[int, ...]:
     """For every CU, the NAR domain at granularity ``g`` whose ports are nearest on average
     (mean CU -> port latency, the expected latency of a store hashed over them): the domain a
     store of that CU uses when the topology's NAR port choice is ``"cu"``."""
-    _check_granularity(spec, g)
-    return _cu_domains(spec.chip, g)
+    return _cu_domains(spec.chip, nar_domain_ports(spec, g))
 
 
 def io_port(spec: TopologySpec, phys_addr: int, nar_granularity: int | None, cu: int | None = None) -> int:
