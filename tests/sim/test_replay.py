@@ -133,6 +133,9 @@ def test_never_below_the_lower_bound(spec, case: tuple[str, str, int], k: int, k
     res = simulate(plan, spec, kib * 1024, packet_bytes=packet)  # type: ignore[arg-type]
     assert res.lower_bound_ns > 0
     assert res.time_ns >= res.lower_bound_ns
+    # the queueing report accounts for every grant, and no head waits a negative time
+    assert sum(q["grants"] for q in res.queueing.values()) == res.events
+    assert min(q["total"] for q in res.queueing.values()) >= 0.0
 
 
 def test_same_inputs_same_json(spec) -> None:  # type: ignore[no-untyped-def]
