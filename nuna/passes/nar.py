@@ -42,7 +42,7 @@ from nuna.passes.access import ChunkKey, RemoteStore, remote_stores
 from nuna.passes.base import PassContext, replace_placement
 from nuna.plan.ir import Plan
 from nuna.plan.verify import chunk_bytes_for
-from nuna.topology.address import cu_nar_domains, nar_domain_ports, nar_domain_stacks, nar_granularities
+from nuna.topology.address import nar_domain_ports, nar_domain_stacks, nar_granularities, store_domains_by_cu
 from nuna.topology.geometry import chip_geometry
 from nuna.topology.spec import TopologySpec
 
@@ -104,12 +104,13 @@ def estimate(plan: Plan, spec: TopologySpec, size_bytes: int,
     dst_lat[S] = dst_lat[:S].mean()
     cu_port = np.vstack([geo.cu_port.latency_ns, geo.cu_port.latency_ns.mean(axis=0)])  # row C: any CU
 
-    by_cu = g > 1 and spec.nar.port_choice == "cu"
+    cu_domains = store_domains_by_cu(spec, g)
+    by_cu = cu_domains is not None
     if by_cu:
         # the port distribution follows the issuing CU's domain (row C: a CU the simulator
         # places, any CU equally likely), independently of the destination stack
         p_cu = np.zeros((C + 1, P))
-        cu_domain = np.asarray(cu_nar_domains(spec, g))
+        cu_domain = np.asarray(cu_domains)
         for d, ports in enumerate(nar_domain_ports(spec, g)):
             p_cu[np.ix_(np.flatnonzero(cu_domain == d), np.asarray(ports))] = 1.0 / len(ports)
         p_cu[C] = p_cu[:C].mean(axis=0)

@@ -37,7 +37,7 @@ from nuna.sim import engine as eng
 from nuna.sim.layout import MemoryLayout, memory_layout, threadblock_cus
 from nuna.sim.network import EDGE_CLASSES, WAIT_CLASSES, PodNet, RouterParams, build_pod_net
 from nuna.sim.result import ChipLinkTable, LatencyStats, SimResult
-from nuna.topology.address import cu_nar_domains, nar_domain_stacks
+from nuna.topology.address import nar_domain_stacks, store_domains_by_cu
 from nuna.topology.build import local_node
 from nuna.topology.geometry import ChipGeometry
 from nuna.topology.spec import TopologySpec
@@ -271,8 +271,9 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *, packet
     dom_size = chip.io_ports // g_nar
     # the NAR domain of each step's remote stores: by destination address (-1) or by its CU
     n_domain = np.full(nn, -1, dtype=np.int64)
-    if g_nar > 1 and spec.nar.port_choice == "cu":
-        n_domain = np.asarray(cu_nar_domains(spec, g_nar), dtype=np.int64)[tb_cu[flat.node_tb]]
+    by_cu = store_domains_by_cu(spec, g_nar)
+    if by_cu is not None:
+        n_domain = np.asarray(by_cu, dtype=np.int64)[tb_cu[flat.node_tb]]
     moving = (n_addr >= 0).any(axis=1)
     total_lines = int(((n_bytes + line - 1) // line)[moving].sum())
     psize = auto_packet_bytes(total_lines, line, opts) if packet_bytes == "auto" else int(packet_bytes)
@@ -424,10 +425,11 @@ def _result(plan: Plan, spec: TopologySpec, size_bytes: int, psize: int, seed: i
         hops[f"{name}_mean"] = float((h(sel) * w).sum() / w.sum()) if w.sum() > 0 else 0.0
     hops["remote_store_mean"] = hops["remote_store_sender_mean"] + hops["remote_store_receiver_mean"]
     # queueing by where heads waited; a grant moves one packet (one line with 256-byte packets)
-    grants = st.ei[:, eng.EI_PKTS].astype(np.int64).reshape(ngpus, block).sum(axis=0)
+    per_edge = st.ei[:, eng.EI_PKTS].astype(np.int64).reshape(ngpus, block).sum(axis=0)
+    grants = np.bincount(net.wait_class, weights=per_edge, minlength=len(WAIT_CLASSES))
     queueing: dict[str, dict[str, float]] = {}
     for c, name in enumerate(WAIT_CLASSES):
-        n = int(grants[net.wait_class == c].sum())
+        n = int(grants[c])
         if n:
             # rounded: waits of zero come out as sums of +-1e-14 float residues
             total = round(float(st.wait[c]), 6)

@@ -236,6 +236,15 @@ def cu_nar_domains(spec: TopologySpec, g: int) -> tuple[int, ...]:
     return _cu_domains(spec.chip, nar_domain_ports(spec, g))
 
 
+def store_domains_by_cu(spec: TopologySpec, nar_granularity: int | None) -> tuple[int, ...] | None:
+    """:func:`cu_nar_domains` when a store at this granularity picks its NAR domain by its CU
+    (a NAR segment, ``G > 1``, on a topology whose ``[nar] port_choice`` is ``"cu"``); ``None``
+    when the destination address picks it (or there is no NAR). The one place that decides."""
+    if nar_granularity is None or nar_granularity == 1 or spec.nar.port_choice != "cu":
+        return None
+    return cu_nar_domains(spec, nar_granularity)
+
+
 def io_port(spec: TopologySpec, phys_addr: int, nar_granularity: int | None, cu: int | None = None) -> int:
     """I/O port a remote access to ``phys_addr`` leaves through: the address hash over all
     ports (``None`` or 1), or over the ports of one NAR domain: the one owning the address's
@@ -247,11 +256,12 @@ def io_port(spec: TopologySpec, phys_addr: int, nar_granularity: int | None, cu:
         if nar_granularity is not None:
             _check_granularity(spec, nar_granularity)
         return h % spec.chip.io_ports
-    if spec.nar.port_choice == "cu":
+    by_cu = store_domains_by_cu(spec, nar_granularity)
+    if by_cu is not None:
         if cu is None or not 0 <= cu < spec.chip.cus:
             raise TopologyError(f"{spec.name} picks NAR ports by the issuing CU: give a CU "
                                 f"(0..{spec.chip.cus - 1}), got {cu!r}")
-        domain = cu_nar_domains(spec, nar_granularity)[cu]
+        domain = by_cu[cu]
     else:
         domain = stack_domain(spec, nar_granularity, stack_of_address(spec, phys_addr))
     ports = nar_domain_ports(spec, nar_granularity)[domain]
@@ -273,13 +283,14 @@ def io_ports_array(
     _check_granularity(spec, g)
     size = chip.io_ports // g
     within = (h % np.uint64(size)).astype(np.int64)
-    if g > 1 and spec.nar.port_choice == "cu":
+    by_cu = store_domains_by_cu(spec, g)
+    if by_cu is not None:
         if cus is None:
             raise TopologyError(f"{spec.name} picks NAR ports by the issuing CU: give the CUs")
         cu = np.broadcast_to(np.asarray(cus, dtype=np.int64), addrs.shape)
         if cu.size and (cu.min() < 0 or cu.max() >= chip.cus):
             raise TopologyError(f"CU outside 0..{chip.cus - 1}")
-        return np.asarray(cu_nar_domains(spec, g), dtype=np.int64)[cu] * size + within
+        return np.asarray(by_cu, dtype=np.int64)[cu] * size + within
     owner = np.zeros(chip.hbm_stacks, dtype=np.int64)
     for d, stacks in enumerate(nar_domain_stacks(spec, g)):
         owner[list(stacks)] = d
