@@ -1049,11 +1049,12 @@ def _page_of(page_base: I8, gpu: int, vaddr: int, page_bytes: int) -> int:
 
 @njit(cache=True)
 def _line_class(gpu: int, peer: int, a0: int, a1: int, a2: int, a3: int, page_base: I8, page_stack: I8,
-                page_phys: I8, page_bytes: int, hash_bytes: int, owner: I8, dom_size: int,
+                page_phys: I8, page_bytes: int, hash_bytes: int, owner: I8, dom_ports: Any,
                 domain: int) -> tuple:
     """(load stack 0, load stack 1, store stack, port, remote stack) of one line; -1 = none.
-    A remote store hashes over the ports of NAR domain ``domain``, or (-1) of the domain that
-    owns its destination stack."""
+    A remote store hashes over the ports of NAR domain ``domain`` (a row of ``dom_ports``,
+    ``nuna.topology.address.nar_port_table``), or (-1) of the domain that owns its destination
+    stack (``owner``, indexed by stack)."""
     s0 = -1
     s1 = -1
     s2 = -1
@@ -1070,13 +1071,14 @@ def _line_class(gpu: int, peer: int, a0: int, a1: int, a2: int, a3: int, page_ba
         s3 = page_stack[pg]
         phys = page_phys[pg] + a3 % page_bytes
         h = mix64(phys // hash_bytes)
-        port = (owner[s3] if domain < 0 else domain) * dom_size + np.int64(h % np.uint64(dom_size))
+        row = owner[s3] if domain < 0 else domain
+        port = dom_ports[row, np.int64(h % np.uint64(dom_ports.shape[1]))]
     return s0, s1, s2, port, s3
 
 
 @njit(cache=True)
 def build_jobs(n_bytes: I8, n_gpu: I4, n_peer: I4, n_addr: I8, page_base: I8, page_stack: I8, page_phys: I8,
-               page_bytes: int, hash_bytes: int, owner: I8, dom_size: int, n_domain: I8, line_bytes: int,
+               page_bytes: int, hash_bytes: int, owner: I8, dom_ports: Any, n_domain: I8, line_bytes: int,
                packet_bytes: int, fill: bool, n_job_ptr: I8, j_bytes: I8, j_cls: Any) -> Any:
     """Count the jobs of every node into ``n_job_ptr`` (CSR, ``fill`` False) or write them into
     ``j_bytes``/``j_cls`` at the offsets ``n_job_ptr`` already holds (``fill`` True); returns
@@ -1110,7 +1112,7 @@ def build_jobs(n_bytes: I8, n_gpu: I4, n_peer: I4, n_addr: I8, page_base: I8, pa
                 a2 = n_addr[n, 2] + off if n_addr[n, 2] >= 0 else -1
                 a3 = n_addr[n, 3] + off if n_addr[n, 3] >= 0 else -1
                 s0, s1, s2, port, s3 = _line_class(n_gpu[n], n_peer[n], a0, a1, a2, a3, page_base, page_stack,
-                                                   page_phys, page_bytes, hash_bytes, owner, dom_size,
+                                                   page_phys, page_bytes, hash_bytes, owner, dom_ports,
                                                    n_domain[n])
                 j = -1
                 if packet_bytes > line_bytes:

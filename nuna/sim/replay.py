@@ -37,7 +37,7 @@ from nuna.sim import engine as eng
 from nuna.sim.layout import MemoryLayout, memory_layout, threadblock_cus
 from nuna.sim.network import EDGE_CLASSES, WAIT_CLASSES, PodNet, RouterParams, build_pod_net
 from nuna.sim.result import ChipLinkTable, LatencyStats, SimResult
-from nuna.topology.address import nar_domain_stacks, store_domains_by_cu
+from nuna.topology.address import nar_port_table, stack_domains, store_domains_by_cu
 from nuna.topology.build import local_node
 from nuna.topology.geometry import ChipGeometry
 from nuna.topology.spec import TopologySpec
@@ -265,10 +265,8 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *, packet
 
     # jobs
     g_nar = plan.placement.nar_granularity or 1
-    owner = np.zeros(chip.hbm_stacks, dtype=np.int64)
-    for d, stacks in enumerate(nar_domain_stacks(spec, g_nar)):
-        owner[list(stacks)] = d
-    dom_size = chip.io_ports // g_nar
+    owner = stack_domains(spec, g_nar)
+    dom_ports = nar_port_table(spec, g_nar)
     # the NAR domain of each step's remote stores: by destination address (-1) or by its CU
     n_domain = np.full(nn, -1, dtype=np.int64)
     by_cu = store_domains_by_cu(spec, g_nar)
@@ -280,7 +278,7 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *, packet
     n_job_ptr = np.zeros(nn + 1, dtype=np.int64)
     args = (n_bytes, n_gpu.astype(np.int32), n_peer.astype(np.int32), n_addr, layout.page_base,
             layout.page_stack, layout.page_phys, layout.page_bytes, chip.address_hash_granularity_bytes,
-            owner, dom_size, n_domain, line, psize)
+            owner, dom_ports, n_domain, line, psize)
     njobs = int(eng.build_jobs(*args, False, n_job_ptr, np.zeros(1, np.int64), np.zeros((1, 5), np.int16)))
     j_bytes = np.zeros(max(1, njobs), dtype=np.int64)
     j_cls = np.full((max(1, njobs), 5), -1, dtype=np.int16)

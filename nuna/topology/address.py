@@ -132,21 +132,41 @@ def _check_granularity(spec: TopologySpec, g: int) -> None:
         )
 
 
-def nar_domain_ports(spec: TopologySpec, g: int) -> tuple[tuple[int, ...], ...]:
-    """Ports of each of the ``g`` NAR domains: blocks of ``ports / g`` adjacent ports."""
-    _check_granularity(spec, g)
-    size = spec.chip.io_ports // g
+def _domain_ports(io_ports: int, g: int) -> tuple[tuple[int, ...], ...]:
+    size = io_ports // g
     return tuple(tuple(range(d * size, (d + 1) * size)) for d in range(g))
+
+
+def nar_domain_ports(spec: TopologySpec, g: int) -> tuple[tuple[int, ...], ...]:
+    """Ports of each of the ``g`` NAR domains: blocks of ``ports / g`` adjacent ports (the one
+    definition; everything else reads the domains' ports from here)."""
+    _check_granularity(spec, g)
+    return _domain_ports(spec.chip.io_ports, g)
+
+
+def nar_port_table(spec: TopologySpec, g: int) -> npt.NDArray[np.int64]:
+    """:func:`nar_domain_ports` as a ``(g, ports / g)`` array: row ``d`` holds domain ``d``'s
+    ports, and a store hashed to ``h`` within domain ``d`` leaves through ``table[d, h % (ports / g)]``.
+    The vectorised and compiled port choices index it, so they follow the one definition."""
+    return np.array(nar_domain_ports(spec, g), dtype=np.int64)
+
+
+def stack_domains(spec: TopologySpec, g: int) -> npt.NDArray[np.int64]:
+    """:func:`stack_domain` of every HBM stack, as an array indexed by stack."""
+    owner = np.zeros(spec.chip.hbm_stacks, dtype=np.int64)
+    for d, stacks in enumerate(nar_domain_stacks(spec, g)):
+        owner[list(stacks)] = d
+    return owner
 
 
 @functools.cache
 def _domain_stacks(chip: ChipSpec, g: int) -> tuple[tuple[int, ...], ...]:
     geo = chip_geometry(chip)
-    size = chip.io_ports // g
     s_count = chip.hbm_stacks
     pair = geo.port_stack.latency_ns + geo.stack_port.latency_ns.T  # (P, S) there and back
+    ports = np.array(_domain_ports(chip.io_ports, g), dtype=np.int64)  # (G, P / G)
     # Integer costs (picoseconds) keep the network simplex exact and deterministic.
-    cost = np.rint(pair.reshape(g, size, s_count).sum(axis=1) * 1000.0).astype(np.int64)  # (G, S)
+    cost = np.rint(pair[ports].sum(axis=1) * 1000.0).astype(np.int64)  # (G, S)
     low, extra = divmod(s_count, g)
     big = int(cost.sum()) + 1
     flow = nx.DiGraph()
@@ -280,9 +300,8 @@ def io_ports_array(
     chip = spec.chip
     h = mix64_array(addrs // chip.address_hash_granularity_bytes)
     g = 1 if nar_granularity is None else nar_granularity
-    _check_granularity(spec, g)
-    size = chip.io_ports // g
-    within = (h % np.uint64(size)).astype(np.int64)
+    table = nar_port_table(spec, g)
+    within = (h % np.uint64(table.shape[1])).astype(np.int64)
     by_cu = store_domains_by_cu(spec, g)
     if by_cu is not None:
         if cus is None:
@@ -290,12 +309,9 @@ def io_ports_array(
         cu = np.broadcast_to(np.asarray(cus, dtype=np.int64), addrs.shape)
         if cu.size and (cu.min() < 0 or cu.max() >= chip.cus):
             raise TopologyError(f"CU outside 0..{chip.cus - 1}")
-        return np.asarray(by_cu, dtype=np.int64)[cu] * size + within
-    owner = np.zeros(chip.hbm_stacks, dtype=np.int64)
-    for d, stacks in enumerate(nar_domain_stacks(spec, g)):
-        owner[list(stacks)] = d
+        return table[np.asarray(by_cu, dtype=np.int64)[cu], within]
     stacks_of = (addrs // chip.page_bytes) % chip.hbm_stacks
-    return owner[stacks_of] * size + within
+    return table[stack_domains(spec, g)[stacks_of], within]
 
 
 # --- distances used by placement -------------------------------------------------------------

@@ -149,14 +149,12 @@ def test_replay_port_hash_matches_the_topology(pages: list[tuple[int, int]], off
     # the replay re-implements the address map in numba; it must agree with nuna.topology, for
     # ports chosen by the address and (``cu``) by the storing CU
     from nuna.sim import engine as eng
-    from nuna.topology.address import cu_nar_domains, io_port, nar_domain_stacks
+    from nuna.topology.address import cu_nar_domains, io_port, nar_port_table, stack_domains
 
     spec = load_topology("nuna-4die" if cu is None else "nuna-4die-nar-cu")
     g = nar or 1
     domain = cu_nar_domains(spec, g)[cu] if cu is not None and g > 1 else -1
-    owner = np.zeros(spec.chip.hbm_stacks, dtype=np.int64)
-    for d, stacks in enumerate(nar_domain_stacks(spec, g)):
-        owner[list(stacks)] = d
+    owner = stack_domains(spec, g)
     page_stack = np.array([s for s, _ in pages], dtype=np.int64)
     page_phys = np.array([physical_address(spec, s, slot) for s, slot in pages], dtype=np.int64)
     page = spec.chip.page_bytes
@@ -164,6 +162,6 @@ def test_replay_port_hash_matches_the_topology(pages: list[tuple[int, int]], off
         vaddr = j * page + offset
         _, _, _, port, stack = eng._line_class(0, 0, -1, -1, -1, vaddr, np.zeros(1, np.int64), page_stack,
                                                page_phys, page, spec.chip.address_hash_granularity_bytes,
-                                               owner, spec.chip.io_ports // g, domain)
+                                               owner, nar_port_table(spec, g), domain)
         assert stack == pages[j][0]
         assert port == io_port(spec, int(page_phys[j]) + offset, nar, cu)

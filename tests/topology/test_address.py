@@ -23,6 +23,7 @@ from nuna.topology import (
     nar_domain_ports,
     nar_domain_stacks,
     nar_granularities,
+    nar_port_table,
     nar_segment_cycle,
     nar_segment_stack,
     nearest_cus,
@@ -30,6 +31,7 @@ from nuna.topology import (
     nearest_stacks,
     physical_address,
     stack_domain,
+    stack_domains,
     stack_of_address,
     stacks_by_distance,
 )
@@ -66,6 +68,12 @@ def test_nar_domains_partition_ports_and_stacks(spec: object) -> None:
         for d, owned in enumerate(stacks):
             for s in owned:
                 assert stack_domain(spec, g, s) == d  # type: ignore[arg-type]
+        # the array forms the compiled code indexes agree with the tuples
+        assert nar_port_table(spec, g).tolist() == [list(d) for d in ports]  # type: ignore[arg-type]
+        owner = stack_domains(spec, g)  # type: ignore[arg-type]
+        assert [int(owner[s]) for s in range(stacks_n)] == [
+            stack_domain(spec, g, s) for s in range(stacks_n)  # type: ignore[arg-type]
+        ]
         # ownership is near: a stack's own domain is among the two cheapest for it, by mean latency
         mean = np.stack(
             [
