@@ -93,7 +93,8 @@ def quick_spec(name: str, spec: SweepSpec) -> SweepSpec:
     (100 kB and 1 MB for fig12, whose subject is size; the two smallest GEMMs for fig14);
     only the first ``tbs_per_peer`` value (all of them for fig13, where they are the series,
     with its coarsest and finest NAR granularity); every other dimension is kept, so the figure
-    keeps all its series and panels. Its numbers are a smoke test, not the figure's."""
+    keeps all its series and panels; ``[[grid.also]]`` grids are left out. Its numbers are a
+    smoke test, not the figure's."""
     _check_name(name)
     sizes = (QUICK_SIZE_BYTES, 10 * QUICK_SIZE_BYTES) if name == "fig12" else (QUICK_SIZE_BYTES,)
     tbs = spec.tbs_per_peer if name == _TBS_SERIES_FIGURE else spec.tbs_per_peer[:1]
@@ -102,7 +103,7 @@ def quick_spec(name: str, spec: SweepSpec) -> SweepSpec:
         grans = (grans[0], grans[-1])
     return dataclasses.replace(spec, name=f"{spec.name}-quick", gpus=(QUICK_GPUS,), sizes_bytes=sizes,
                                tbs_per_peer=tbs, nar_granularities=grans,
-                               gemm_bytes=tuple(sorted(spec.gemm_bytes)[:2]))
+                               gemm_bytes=tuple(sorted(spec.gemm_bytes)[:2]), also=())
 
 
 def run_figure(name: str, out_dir: str | Path, *, spec_dir: str | Path | None = None, quick: bool = False,

@@ -1,18 +1,21 @@
 """Sweep specifications: the TOML file format, its validation, and the expansion into points.
 
-A sweep spec names a Cartesian product of simulation inputs (``[grid]``), settings shared by
-every point (``[fixed]``) and the point function that turns one point into one result
-(``[sweep]``). :func:`load_sweep_spec` validates everything up front so that a typo is one
-clear :class:`~nuna.errors.InputError` naming the file and the key, not a failure hours into a
-run. :func:`expand` turns a spec into :class:`Point` records in a documented, deterministic
-order; a point's identity (:func:`point_id`) is a hash of its inputs, the point function and the
-nuna version, so a result file can be found again by anyone who holds the same inputs.
+A sweep spec names a Cartesian product of simulation inputs (``[grid]``), optionally joined by
+further products that replace some of its axes (``[[grid.also]]``: e.g. more threadblock counts
+at the small sizes only), settings shared by every point (``[fixed]``) and the point function
+that turns one point into one result (``[sweep]``). :func:`load_sweep_spec` validates everything
+up front so that a typo is one clear :class:`~nuna.errors.InputError` naming the file and the
+key, not a failure hours into a run. :func:`expand` turns a spec into :class:`Point` records in
+a documented, deterministic order; a point's identity (:func:`point_id`) is a hash of its
+inputs, the point function and the nuna version, so a result file can be found again by anyone
+who holds the same inputs.
 
 The format is documented in ``docs/sweeps.md``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import hashlib
 import itertools
@@ -50,9 +53,16 @@ _SECTIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "sweep": (frozenset(), frozenset({"name", "point_function"})),
     "grid": (
         frozenset({"collectives", "gpus", "sizes", "configs"}),
-        frozenset({"nar_granularities", "tbs_per_peer", "topologies", "gemm_sizes"}),
+        frozenset({"nar_granularities", "tbs_per_peer", "topologies", "gemm_sizes", "also"}),
     ),
     "fixed": (frozenset(), frozenset({"algo", "packet_bytes", "seed"})),
+}
+
+#: grid axes: spec-file key -> SweepSpec field, in expansion order (outermost first)
+GRID_AXES: dict[str, str] = {
+    "topologies": "topologies", "collectives": "collectives", "gpus": "gpus", "sizes": "sizes_bytes",
+    "configs": "configs", "nar_granularities": "nar_granularities", "tbs_per_peer": "tbs_per_peer",
+    "gemm_sizes": "gemm_bytes",
 }
 
 # Far beyond the paper's 64 GPUs; catches a unit slip such as gpus = 8000000.
@@ -117,8 +127,20 @@ class Point:
 
 
 @dataclass(frozen=True, slots=True)
+class GridPatch:
+    """One ``[[grid.also]]`` table: the axes it replaces in the main grid (spec-file keys, with
+    validated values in the file's order); every other axis is the main grid's."""
+
+    axes: tuple[tuple[str, tuple[Any, ...]], ...]
+
+    def to_json(self) -> dict[str, list[Any]]:
+        return {GRID_AXES[key]: list(values) for key, values in self.axes}
+
+
+@dataclass(frozen=True, slots=True)
 class SweepSpec:
-    """A validated sweep: the grid's value lists (in the file's order) and the fixed settings.
+    """A validated sweep: the grid's value lists (in the file's order), the grids joined to it
+    (``also``: each the main grid with some axes replaced) and the fixed settings.
 
     ``source`` (the file the spec came from) is for messages only and takes no part in equality.
     """
@@ -136,23 +158,38 @@ class SweepSpec:
     algo: str = "direct"
     packet_bytes: int | str = 256
     seed: int = 0
+    also: tuple[GridPatch, ...] = ()
     source: str = field(default="<spec>", compare=False)
+
+    def grids(self) -> tuple[SweepSpec, ...]:
+        """The Cartesian products whose union the spec is: the main grid, then one per
+        ``also`` table (each without ``also`` of its own)."""
+        main = dataclasses.replace(self, also=())
+        patched: dict[str, Any]
+        grids = [main]
+        for patch in self.also:
+            patched = {GRID_AXES[key]: values for key, values in patch.axes}
+            grids.append(dataclasses.replace(main, **patched))
+        return tuple(grids)
 
     def to_json(self) -> dict[str, Any]:
         """The normalised spec as plain JSON data (recorded in the sweep's index)."""
+        grid: dict[str, Any] = {
+            "collectives": list(self.collectives),
+            "gpus": list(self.gpus),
+            "sizes_bytes": list(self.sizes_bytes),
+            "configs": list(self.configs),
+            "nar_granularities": list(self.nar_granularities),
+            "tbs_per_peer": list(self.tbs_per_peer),
+            "topologies": list(self.topologies),
+            "gemm_bytes": list(self.gemm_bytes),
+        }
+        if self.also:  # absent otherwise, so specs without it keep their index bytes
+            grid["also"] = [patch.to_json() for patch in self.also]
         return {
             "name": self.name,
             "point_function": self.point_function,
-            "grid": {
-                "collectives": list(self.collectives),
-                "gpus": list(self.gpus),
-                "sizes_bytes": list(self.sizes_bytes),
-                "configs": list(self.configs),
-                "nar_granularities": list(self.nar_granularities),
-                "tbs_per_peer": list(self.tbs_per_peer),
-                "topologies": list(self.topologies),
-                "gemm_bytes": list(self.gemm_bytes),
-            },
+            "grid": grid,
             "fixed": {"algo": self.algo, "packet_bytes": self.packet_bytes, "seed": self.seed},
         }
 
@@ -173,15 +210,27 @@ def point_id(point: Mapping[str, Any], point_function: str, version: str = __ver
 
 
 def expand(spec: SweepSpec) -> tuple[Point, ...]:
-    """Every point of the spec's grid, without duplicates, in a deterministic order.
+    """Every point of the spec's grids, without duplicates, in a deterministic order.
 
-    Dimensions nest in this order (outermost first): topologies, collectives, gpus, sizes,
-    configs, nar_granularities, tbs_per_peer, gemm_sizes; within a dimension the file's order is
-    kept. A configuration without NAR takes no granularity, so its points are generated once
-    (with ``nar_granularity = None``) rather than once per granularity.
+    The main grid's points come first, then each ``also`` grid's in the file's order, less the
+    points already listed. Within a grid, dimensions nest in this order (outermost first):
+    topologies, collectives, gpus, sizes, configs, nar_granularities, tbs_per_peer, gemm_sizes;
+    within a dimension the file's order is kept. A configuration without NAR takes no
+    granularity, so its points are generated once (with ``nar_granularity = None``) rather than
+    once per granularity.
     """
     points: list[Point] = []
     seen: set[Point] = set()
+    for grid in spec.grids():
+        for point in _expand_one(grid):
+            if point not in seen:
+                seen.add(point)
+                points.append(point)
+    return tuple(points)
+
+
+def _expand_one(spec: SweepSpec) -> list[Point]:
+    points: list[Point] = []
     for topology, collective, gpus, size, config, nar, tbs, gemm in itertools.product(
         spec.topologies, spec.collectives, spec.gpus, spec.sizes_bytes, spec.configs,
         spec.nar_granularities, spec.tbs_per_peer, spec.gemm_bytes,
@@ -199,10 +248,8 @@ def expand(spec: SweepSpec) -> tuple[Point, ...]:
             packet_bytes=spec.packet_bytes,
             seed=spec.seed,
         )
-        if point not in seen:
-            seen.add(point)
-            points.append(point)
-    return tuple(points)
+        points.append(point)
+    return points
 
 
 # ---------------------------------------------------------------------------------------------
@@ -249,25 +296,52 @@ def parse_sweep_spec(
     name = _string(sweep.get("name", default_name), source, "[sweep] name")
     point_function = _point_function(sweep.get("point_function", DEFAULT_POINT_FUNCTION), source)
 
-    def values(key: str, default: Sequence[Any] | None, convert: Callable[[Any, str], T]) -> tuple[T, ...]:
-        return _value_list(grid, key, default, convert, source)
-
+    convert = _axis_converters(base_dir)
+    defaults: dict[str, list[Any] | None] = {
+        "collectives": None, "gpus": None, "sizes": None, "configs": None,
+        "nar_granularities": [HEURISTIC], "tbs_per_peer": [1], "topologies": ["nuna-4die"], "gemm_sizes": [0],
+    }
+    axes = {GRID_AXES[key]: _value_list(grid, key, default, convert[key], source, "[grid]")
+            for key, default in defaults.items()}
     return SweepSpec(
         name=name,
         point_function=point_function,
-        collectives=values("collectives", None, _collective),
-        gpus=values("gpus", None, _gpus),
-        sizes_bytes=values("sizes", None, _size),
-        configs=values("configs", None, _config),
-        nar_granularities=values("nar_granularities", [HEURISTIC], _nar_granularity),
-        tbs_per_peer=values("tbs_per_peer", [1], _tbs_per_peer),
-        topologies=values("topologies", ["nuna-4die"], _topology_resolver(base_dir)),
-        gemm_bytes=values("gemm_sizes", [0], _gemm_size),
+        **axes,
         algo=_choice(fixed.get("algo", "direct"), ALGOS, source, "[fixed] algo"),
         packet_bytes=_packet_bytes(fixed.get("packet_bytes", 256), source),
         seed=_seed(fixed.get("seed", 0), source),
+        also=_grid_patches(grid.get("also", []), convert, source),
         source=source,
     )
+
+
+def _axis_converters(base_dir: Path | None) -> dict[str, Callable[[Any, str], Any]]:
+    return {
+        "collectives": _collective, "gpus": _gpus, "sizes": _size, "configs": _config,
+        "nar_granularities": _nar_granularity, "tbs_per_peer": _tbs_per_peer,
+        "topologies": _topology_resolver(base_dir), "gemm_sizes": _gemm_size,
+    }
+
+
+def _grid_patches(
+    raw: Any, convert: Mapping[str, Callable[[Any, str], Any]], source: str
+) -> tuple[GridPatch, ...]:
+    tables = raw if isinstance(raw, list) else [raw]
+    patches: list[GridPatch] = []
+    for i, table in enumerate(tables):
+        where = f"[[grid.also]] #{i + 1}"
+        if not isinstance(table, Mapping):
+            raise _fail(source, where, f"must be a table of grid axes, got {_kind(table)}")
+        if not table:
+            raise _fail(source, where, "replaces no axis (list at least one, e.g. tbs_per_peer = [4, 16])")
+        for key in table:
+            if key not in GRID_AXES:
+                raise _fail(source, where, f"unknown grid axis {key!r}{_did_you_mean(key, list(GRID_AXES))}")
+        # in the main grid's axis order, so that the same table written in another order is equal
+        axes = [(key, _value_list(table, key, None, convert[key], source, where))
+                for key in GRID_AXES if key in table]
+        patches.append(GridPatch(tuple(axes)))
+    return tuple(patches)
 
 
 #: grid axes a command line may restrict, by their spec-file key
@@ -278,7 +352,11 @@ def restrict_grid(spec: SweepSpec, overrides: Mapping[str, Sequence[str]]) -> Sw
     """``spec`` with some grid axes replaced by values as a command line gives them (``"8"``,
     ``"10MB"``, ``"NAP+NAR"``), validated as a spec file's values are. The result is named after
     the change (``fig9-gpus2_4_8-sizes10MB``), so its sweep folder and outputs stay apart from
-    the full grid's; the points, and so their result files, are the same as the full grid's."""
+    the full grid's; the points, and so their result files, are the same as the full grid's.
+
+    ``[[grid.also]]`` grids keep what the command line allows of the axes they replace (a table
+    left with no value on an axis is dropped): ``--sizes 100kB`` on a spec that searches more
+    threadblock counts at 100 kB and 1 MB keeps that search at 100 kB."""
     unknown = sorted(set(overrides) - set(GRID_OVERRIDES))
     if unknown:
         raise UsageError(f"cannot override grid axis {unknown[0]!r} (can: {', '.join(GRID_OVERRIDES)})")
@@ -301,7 +379,18 @@ def restrict_grid(spec: SweepSpec, overrides: Mapping[str, Sequence[str]]) -> Sw
     safe = "".join(ch if ch.isalnum() or ch in "+-_" else "_" for ch in name)
     doc = {"sweep": {"name": safe, "point_function": spec.point_function}, "grid": grid,
            "fixed": {"algo": spec.algo, "packet_bytes": spec.packet_bytes, "seed": spec.seed}}
-    return parse_sweep_spec(doc, source="command line")
+    restricted = parse_sweep_spec(doc, source="command line")
+    patches = []
+    for patch in spec.also:
+        axes = []
+        for key, values in patch.axes:
+            if key in overrides:
+                allowed = getattr(restricted, GRID_AXES[key])
+                values = tuple(v for v in values if v in allowed)
+            axes.append((key, values))
+        if all(values for _, values in axes):
+            patches.append(GridPatch(tuple(axes)))
+    return dataclasses.replace(restricted, also=tuple(patches))
 
 
 def _fail(source: str, where: str, message: str) -> InputError:
@@ -344,8 +433,9 @@ def _value_list(
     default: Sequence[Any] | None,
     convert: Callable[[Any, str], T],
     source: str,
+    section: str = "[grid]",
 ) -> tuple[T, ...]:
-    where = f"[grid] {key}"
+    where = f"{section} {key}"
     raw = table.get(key, default)
     if raw is None:  # required keys are checked earlier; kept for type narrowing
         raise _fail(source, where, "missing")

@@ -303,3 +303,84 @@ def test_restrict_grid_rejects_other_axes() -> None:
 
     with pytest.raises(UsageError, match="cannot override grid axis 'topologies'"):
         restrict_grid(parse_sweep_spec(BASE), {"topologies": ["mi300x-like"]})
+
+
+# --- [[grid.also]]: a union of grids ------------------------------------------------------------
+
+ALSO_TOML = """
+[sweep]
+name = "union"
+
+[grid]
+collectives = ["allgather", "alltoall"]
+gpus = [2, 8]
+sizes = ["100kB", "1MB", "1GB"]
+configs = ["UA", "NAP+NAR"]
+tbs_per_peer = [1]
+
+[[grid.also]]
+sizes = ["100kB", "1MB"]
+tbs_per_peer = [4, 16]
+
+[[grid.also]]
+gpus = [64]
+sizes = ["1MB"]
+"""
+
+
+def test_grid_also_adds_the_patched_grids_after_the_main_one(write_spec: Callable[..., Path]) -> None:
+    spec = load_sweep_spec(write_spec(ALSO_TOML, name="also.toml"))
+    points = expand(spec)
+    main = [p for p in points if p.tbs_per_peer == 1 and p.gpus != 64]
+    assert points[:len(main)] == tuple(main)  # the main grid first, in its own order
+    assert len(main) == 2 * 2 * 3 * 2
+    more_k = [p for p in points if p.tbs_per_peer > 1]
+    assert len(more_k) == 2 * 2 * 2 * 2 * 2
+    assert {p.size_bytes for p in more_k} == {100_000, 1_000_000}  # not at 1 GB
+    big = [p for p in points if p.gpus == 64]
+    assert {(p.size_bytes, p.tbs_per_peer) for p in big} == {(1_000_000, 1)}
+    assert len(big) == 2 * 2
+    assert len(points) == len(main) + len(more_k) + len(big)
+    # a table written in another key order is the same spec
+    swapped = ALSO_TOML.replace('sizes = ["100kB", "1MB"]\ntbs_per_peer = [4, 16]',
+                                'tbs_per_peer = [4, 16]\nsizes = ["100kB", "1MB"]')
+    assert load_sweep_spec(write_spec(swapped, name="also2.toml")) == spec
+    assert spec.to_json()["grid"]["also"] == [
+        {"sizes_bytes": [100_000, 1_000_000], "tbs_per_peer": [4, 16]},
+        {"gpus": [64], "sizes_bytes": [1_000_000]},
+    ]
+    assert "also" not in parse_sweep_spec(BASE).to_json()["grid"]  # older specs keep their index bytes
+
+
+def test_grid_also_points_already_in_the_main_grid_appear_once() -> None:
+    data = _with("grid", "also", [{"tbs_per_peer": [1, 2]}])
+    points = expand(parse_sweep_spec(data))
+    assert [p.tbs_per_peer for p in points] == [1, 2]
+
+
+@pytest.mark.parametrize(("also", "message"), [
+    ([{}], r"\[\[grid.also\]\] #1: replaces no axis"),
+    ([{"tbs_per_peer": [4]}, {"threads": [1]}], r"\[\[grid.also\]\] #2: unknown grid axis 'threads'"),
+    ([{"tbs_peer": [4]}], r"did you mean 'tbs_per_peer'"),
+    ([{"sizes": ["10QB"]}], r"\[\[grid.also\]\] #1 sizes\[0\]: invalid size"),
+    ([{"gpus": []}], r"\[\[grid.also\]\] #1 gpus: must list at least one value"),
+    (["tbs"], r"\[\[grid.also\]\] #1: must be a table"),
+])
+def test_grid_also_errors_name_the_table_and_key(also: Any, message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        parse_sweep_spec(_with("grid", "also", also))
+
+
+def test_restrict_grid_keeps_what_the_command_line_allows_of_an_also_grid(
+    write_spec: Callable[..., Path],
+) -> None:
+    spec = load_sweep_spec(write_spec(ALSO_TOML, name="also.toml"))
+    small = restrict_grid(spec, {"sizes": ["100kB"]})
+    assert {(p.size_bytes, p.tbs_per_peer) for p in expand(small)} == {(10**5, 1), (10**5, 4), (10**5, 16)}
+    assert [dict(patch.axes) for patch in small.also] == [{"sizes": (100_000,), "tbs_per_peer": (4, 16)}]
+    only_k1 = restrict_grid(spec, {"tbs_per_peer": ["1"]})
+    assert {p.tbs_per_peer for p in expand(only_k1)} == {1}
+    assert len(only_k1.also) == 1  # the 64-GPU table replaces no threadblock count: kept
+    # every point of a restriction is a point of the full spec: result files are shared
+    assert set(expand(small)) <= set(expand(spec))
+    assert set(expand(only_k1)) <= set(expand(spec))
