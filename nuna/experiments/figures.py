@@ -50,6 +50,8 @@ DEFAULT_SPEC_DIR = Path(__file__).resolve().parents[2] / "scripts" / "sweeps"
 _BASELINE = "UA"
 #: The figure whose ``tbs_per_peer`` values are its series ("many" vs "few"), never reduced.
 _TBS_SERIES_FIGURE = "fig13"
+#: Figures that draw one panel per topology; the others draw one topology.
+_PER_TOPOLOGY_FIGURES = ("fig13",)
 QUICK_GPUS = 2
 QUICK_SIZE_BYTES = 100_000
 # one colour per configuration, the same in every figure
@@ -121,6 +123,12 @@ def run_figure(name: str, out_dir: str | Path, *, spec_dir: str | Path | None = 
         spec = restrict_grid(spec, only)
     if quick:
         spec = quick_spec(name, spec)
+    topologies = sorted({topology for grid in spec.grids() for topology in grid.topologies})
+    if len(topologies) > 1 and name not in _PER_TOPOLOGY_FIGURES:
+        # checked before anything runs: the bars of two machines would be drawn on top of each other
+        raise InputError(f"{spec.source}: {name} draws one topology, but its spec lists {len(topologies)} "
+                         f"({', '.join(topologies)}); give each its own spec (--spec-dir), or sweep "
+                         "them with `nuna sweep` and compare the results")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "sweeps").mkdir(exist_ok=True)

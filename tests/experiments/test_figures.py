@@ -283,3 +283,19 @@ def test_cli_figure_rejects_unknown_names_and_bad_spec_dirs(figure_cli: Callable
     missing = figure_cli("figure", "fig9", "-o", tmp_path, "--spec-dir", tmp_path / "nope")
     assert missing.code == 1
     assert missing.err.count("\n") == 1
+
+
+def test_cli_figure_refuses_two_topologies_where_it_draws_one(figure_cli: Callable[..., Any],
+                                                               tmp_path: Path) -> None:
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    text = (REPO / "scripts" / "sweeps" / "fig11.toml").read_text()
+    assert "topologies" not in text
+    two_machines = '[grid]\ntopologies = ["nuna-4die", "mi300x-like"]'
+    (specs / "fig11.toml").write_text(text.replace("[grid]", two_machines, 1))
+    two = figure_cli("figure", "fig11", "-o", tmp_path / "out", "--spec-dir", specs, "--quick")
+    assert two.code == 1
+    assert two.err.count("\n") == 1
+    assert "fig11 draws one topology" in two.err
+    assert "mi300x-like" in two.err
+    assert not (tmp_path / "out" / "sweeps").exists()  # refused before anything ran
