@@ -360,12 +360,7 @@ def restrict_grid(spec: SweepSpec, overrides: Mapping[str, Sequence[str]]) -> Sw
     unknown = sorted(set(overrides) - set(GRID_OVERRIDES))
     if unknown:
         raise UsageError(f"cannot override grid axis {unknown[0]!r} (can: {', '.join(GRID_OVERRIDES)})")
-    grid: dict[str, Any] = {
-        "collectives": list(spec.collectives), "gpus": list(spec.gpus), "sizes": list(spec.sizes_bytes),
-        "configs": list(spec.configs), "nar_granularities": list(spec.nar_granularities),
-        "tbs_per_peer": list(spec.tbs_per_peer), "topologies": list(spec.topologies),
-        "gemm_sizes": list(spec.gemm_bytes),
-    }
+    grid: dict[str, Any] = {key: list(getattr(spec, attr)) for key, attr in GRID_AXES.items()}
     tags = []
     for axis in GRID_OVERRIDES:
         if axis not in overrides:
