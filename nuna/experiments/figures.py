@@ -325,11 +325,32 @@ def _configs(rows: Sequence[Mapping[str, Any]], exclude_baseline: bool = True) -
 
 
 def _best_of_note(rows: Sequence[Mapping[str, Any]]) -> str:
-    """A second title line naming the threadblock counts searched, when there was more than one."""
-    counts = sorted({m["tbs_per_peer"] for r in rows for m in r.get("tbs_per_peer_times_ns", ())})
-    if len(counts) < 2:
+    """A second title line naming the threadblock counts searched, when there was more than one;
+    per range of sizes when the sizes had different searches (``[[grid.also]]``)."""
+    searched: dict[int, set[int]] = {}
+    for r in rows:
+        searched.setdefault(r["size_bytes"], set()).update(
+            m["tbs_per_peer"] for m in r.get("tbs_per_peer_times_ns", ()))
+    if len(set().union(*searched.values())) < 2:
         return ""
-    return f"\neach configuration at its fastest of {', '.join(map(str, counts))} threadblocks per peer"
+    # consecutive sizes with the same counts form one range
+    spans: list[tuple[list[int], tuple[int, ...]]] = []
+    for size in sorted(searched):
+        counts = tuple(sorted(searched[size]))
+        if spans and spans[-1][1] == counts:
+            spans[-1][0].append(size)
+        else:
+            spans.append(([size], counts))
+    if len(spans) == 1:
+        listed = ", ".join(map(str, spans[0][1]))
+        return f"\neach configuration at its fastest of {listed} threadblocks per peer"
+    parts = []
+    for sizes, counts in spans:
+        where = format_size(sizes[0])
+        if len(sizes) > 1:
+            where += f"-{format_size(sizes[-1])}"
+        parts.append(f"{', '.join(map(str, counts))} at {where}")
+    return "\neach configuration at its fastest number of threadblocks per peer: " + "; ".join(parts)
 
 
 def _legend(ax: Any, **options: Any) -> None:

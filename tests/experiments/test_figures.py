@@ -299,3 +299,17 @@ def test_cli_figure_refuses_two_topologies_where_it_draws_one(figure_cli: Callab
     assert "fig11 draws one topology" in two.err
     assert "mi300x-like" in two.err
     assert not (tmp_path / "out" / "sweeps").exists()  # refused before anything ran
+
+
+def test_title_names_the_threadblock_counts_searched_per_range_of_sizes() -> None:
+    def title(records: list[dict[str, Any]]) -> str:
+        fig = render("fig9", figure_data("fig9", records))
+        return fig._suptitle.get_text()  # type: ignore[union-attr]
+
+    one = [record(c, 100.0, size=s) for c in ("UA", "NAP+NAR") for s in (100_000, 10**9)]
+    assert "threadblocks" not in title(one)
+    searched = one + [record(c, 90.0, size=s, tbs=k) for c in ("UA", "NAP+NAR") for s in (100_000, 10**6)
+                      for k in (4, 16)] + [record(c, 100.0, size=10**6) for c in ("UA", "NAP+NAR")]
+    assert title(searched).endswith("per peer: 1, 4, 16 at 100kB-1MB; 1 at 1GB")
+    everywhere = searched + [record(c, 90.0, size=10**9, tbs=k) for c in ("UA", "NAP+NAR") for k in (4, 16)]
+    assert title(everywhere).endswith("at its fastest of 1, 4, 16 threadblocks per peer")
