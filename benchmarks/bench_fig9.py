@@ -1,15 +1,16 @@
-"""Benchmark of the Fig 9 grid (3 collectives x 6 pods x 5 sizes x 4 configs = 360 points):
-how long it takes on this machine and where the time goes.
+"""Benchmark of the Fig 9 grid (3 collectives x 6 pods x 5 sizes x 4 configs = 360 points at one
+threadblock per peer, plus 4 and 16 per peer at 100 kB and 1 MB: 648 points): how long it takes
+on this machine and where the time goes.
 
 ``python benchmarks/bench_fig9.py [--gpus 2,8] [--sizes 100kB,1MB] [--full]``
 
-Runs a stated subset of scripts/sweeps/fig9.toml serially in this process (one point at a
-time, so each point's wall time is its own), prints per-point timings (passes + simulation,
-jobs, events, events/s), then extrapolates to the full grid: each unmeasured point is
-estimated from the measured point of the same collective and configuration with the largest
-``gpus x size``, scaling its seconds-per-job by the point's predicted jobs (lines moved, which
-grow with ``gpus x size``, capped at the simulator's ``auto`` packet limit). The estimate is
-crude: the cost per event also grows with the pod size (a 64-GPU pod's event heap and network
+Runs a stated subset of scripts/sweeps/fig9.toml serially in this process (one point at a time,
+so each point's wall time is its own), prints per-point timings (passes + simulation, jobs,
+events, events/s), then extrapolates to the full grid: each unmeasured point is estimated from
+the measured point of the same collective, configuration and threadblocks per peer with the
+largest ``gpus x size``, scaling its seconds-per-job by the point's predicted jobs (lines moved,
+which grow with ``gpus x size``, capped at the simulator's ``auto`` packet limit). The estimate
+is crude: the cost per event also grows with the pod size (a 64-GPU pod's event heap and network
 state are larger), so it is a lower bound for 32-64 GPUs. ``--full`` measures every point.
 """
 
@@ -41,18 +42,19 @@ def main() -> None:
     sizes = {parse_size(s) for s in args.sizes.split(",")}
     subset = points if args.full else [p for p in points if p["gpus"] in gpus and p["size_bytes"] in sizes]
     print(f"fig9 grid: {len(points)} points; measuring {len(subset)} serially")
-    measured: dict[tuple[str, int, int, str], tuple[float, int, int]] = {}
+    measured: dict[tuple[str, int, int, str, int], tuple[float, int, int]] = {}
     simulate_point(dict(subset[0]))  # JIT warm-up, as a long-lived sweep worker has it
     for p in subset:
         t0 = time.perf_counter()
         out = simulate_point(dict(p))
         wall = time.perf_counter() - t0
         sim = out["timing"]["wall_s"]
-        key = (p["collective"], p["gpus"], p["size_bytes"], p["config"])
+        key = (p["collective"], p["gpus"], p["size_bytes"], p["config"], p["tbs_per_peer"])
         measured[key] = (wall, out["jobs"], out["events"])
         rate = out["events"] / max(sim, 1e-9) / 1e6
         print(f"  {p['collective']:9s} {p['gpus']:2d} GPUs {format_size(p['size_bytes']):>5s} "
-              f"{p['config']:8s} wall {wall:7.2f} s (sim {sim:6.2f} s, passes+generate {wall - sim:5.2f} s) "
+              f"{p['config']:8s} K={p['tbs_per_peer']:<2d} wall {wall:7.2f} s "
+              f"(sim {sim:6.2f} s, passes+generate {wall - sim:5.2f} s) "
               f"jobs {out['jobs']:8d} events {out['events']:9d} ({rate:.2f} M/s) "
               f"simulated {out['time_ns'] / 1000:.2f} us")
     total_measured = sum(v[0] for v in measured.values())
@@ -60,16 +62,16 @@ def main() -> None:
     estimate = 0.0
     heaviest: list[tuple[float, str]] = []
     for p in points:
-        key = (p["collective"], p["gpus"], p["size_bytes"], p["config"])
+        key = (p["collective"], p["gpus"], p["size_bytes"], p["config"], p["tbs_per_peer"])
         if key in measured:
             t = measured[key][0]
         else:
-            refs = [(k, v) for k, v in measured.items() if k[0] == key[0] and k[3] == key[3]]
+            refs = [(k, v) for k, v in measured.items() if (k[0], k[3], k[4]) == (key[0], key[3], key[4])]
             (rk, (rw, rj, _)) = max(refs, key=lambda kv: kv[0][1] * kv[0][2])
             jobs = min(cap, rj * (key[1] * key[2]) / (rk[1] * rk[2]))
             t = rw / max(rj, 1) * jobs
         estimate += t
-        heaviest.append((t, f"{key[0]} {key[1]} GPUs {format_size(key[2])} {key[3]}"))
+        heaviest.append((t, f"{key[0]} {key[1]} GPUs {format_size(key[2])} {key[3]} K={key[4]}"))
     print(f"measured subset: {total_measured:.1f} s serial = {total_measured / CORES:.1f} s on {CORES} cores")
     print(f"full grid estimate: {estimate:.0f} s serial = {estimate / CORES / 60:.1f} min on {CORES} cores "
           f"(budget 30 min)")
