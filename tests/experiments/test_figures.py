@@ -217,7 +217,12 @@ def test_every_figure_has_a_spec_and_a_small_quick_grid(name: str) -> None:
 
 def test_fig9_spec_is_the_papers_grid() -> None:
     spec = load_sweep_spec(figure_spec_path("fig9", REPO / "scripts" / "sweeps"))
-    assert len(expand(spec)) == 3 * 6 * 5 * 4
+    points = expand(spec)
+    main = [p for p in points if p.tbs_per_peer == 1]
+    assert len(main) == 3 * 6 * 5 * 4  # the grid, one threadblock per peer
+    searched = [p for p in points if p.tbs_per_peer != 1]
+    assert len(searched) == 3 * 6 * 2 * 4 * 2  # 4 and 16 per peer, at 100 kB and 1 MB only
+    assert {p.size_bytes for p in searched} == {100_000, 1_000_000}
 
 
 def test_missing_spec_is_an_input_error(tmp_path: Path) -> None:
