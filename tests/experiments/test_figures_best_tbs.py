@@ -190,12 +190,12 @@ def spec(name: str) -> Any:
 
 
 @pytest.mark.parametrize(("name", "tbs"), [("fig9", (1,)), ("fig11", (1, 4, 16)), ("fig12", (1, 4, 16)),
-                                           ("fig14", (1,)), ("fig13", (144, 1))])
+                                           ("fig14", (1, 4)), ("fig13", (144, 1))])
 def test_figure_specs_search_the_threadblock_counts_they_can_afford(name: str, tbs: tuple[int, ...]) -> None:
     assert spec(name).tbs_per_peer == tbs
 
 
-@pytest.mark.parametrize("name", ["fig11", "fig12", "fig13"])
+@pytest.mark.parametrize("name", ["fig9", "fig11", "fig12", "fig13", "fig14"])
 def test_quick_grids_keep_one_count_except_fig13(name: str) -> None:
     full = spec(name)
     counts = {p.tbs_per_peer for p in expand(quick_spec(name, full))}
