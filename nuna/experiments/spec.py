@@ -165,25 +165,15 @@ class SweepSpec:
         """The Cartesian products whose union the spec is: the main grid, then one per
         ``also`` table (each without ``also`` of its own)."""
         main = dataclasses.replace(self, also=())
-        patched: dict[str, Any]
         grids = [main]
         for patch in self.also:
-            patched = {GRID_AXES[key]: values for key, values in patch.axes}
+            patched: dict[str, Any] = {GRID_AXES[key]: values for key, values in patch.axes}
             grids.append(dataclasses.replace(main, **patched))
         return tuple(grids)
 
     def to_json(self) -> dict[str, Any]:
         """The normalised spec as plain JSON data (recorded in the sweep's index)."""
-        grid: dict[str, Any] = {
-            "collectives": list(self.collectives),
-            "gpus": list(self.gpus),
-            "sizes_bytes": list(self.sizes_bytes),
-            "configs": list(self.configs),
-            "nar_granularities": list(self.nar_granularities),
-            "tbs_per_peer": list(self.tbs_per_peer),
-            "topologies": list(self.topologies),
-            "gemm_bytes": list(self.gemm_bytes),
-        }
+        grid: dict[str, Any] = {attr: list(getattr(self, attr)) for attr in GRID_AXES.values()}
         if self.also:  # absent otherwise, so specs without it keep their index bytes
             grid["also"] = [patch.to_json() for patch in self.also]
         return {
