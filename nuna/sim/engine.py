@@ -1032,7 +1032,7 @@ _M2 = np.uint64(0x94D049BB133111EB)
 
 
 @njit(cache=True)
-def mix64(value: int) -> Any:
+def mix64(value: Any) -> Any:
     """SplitMix64 finaliser (as ``nuna.topology.address.mix64``) on a uint64."""
     z = np.uint64(value)
     z = z ^ (z >> np.uint64(30))
@@ -1043,37 +1043,24 @@ def mix64(value: int) -> Any:
 
 
 @njit(cache=True)
-def _page_of(page_base: I8, gpu: int, vaddr: int, page_bytes: int) -> int:
-    return page_base[gpu] + vaddr // page_bytes
+def _store_port(phys: int, hash_bytes: int, stack: int, owner: I8, dom_ports: Any, domain: int) -> Any:
+    """I/O port of a remote store to physical address ``phys`` on ``stack``: the address hash
+    over the ports of NAR domain ``domain`` (a row of ``dom_ports``,
+    ``nuna.topology.address.nar_port_table``), or (-1) of the domain that owns the stack
+    (``owner``, indexed by stack)."""
+    h = mix64(phys // hash_bytes)
+    row = owner[stack] if domain < 0 else domain
+    return dom_ports[row, np.int64(h % np.uint64(dom_ports.shape[1]))]
 
 
 @njit(cache=True)
-def _line_class(gpu: int, peer: int, a0: int, a1: int, a2: int, a3: int, page_base: I8, page_stack: I8,
-                page_phys: I8, page_bytes: int, hash_bytes: int, owner: I8, dom_ports: Any,
-                domain: int) -> tuple:
-    """(load stack 0, load stack 1, store stack, port, remote stack) of one line; -1 = none.
-    A remote store hashes over the ports of NAR domain ``domain`` (a row of ``dom_ports``,
-    ``nuna.topology.address.nar_port_table``), or (-1) of the domain that owns its destination
-    stack (``owner``, indexed by stack)."""
-    s0 = -1
-    s1 = -1
-    s2 = -1
-    port = np.int64(-1)
-    s3 = -1
-    if a0 >= 0:
-        s0 = page_stack[_page_of(page_base, gpu, a0, page_bytes)]
-    if a1 >= 0:
-        s1 = page_stack[_page_of(page_base, gpu, a1, page_bytes)]
-    if a2 >= 0:
-        s2 = page_stack[_page_of(page_base, gpu, a2, page_bytes)]
-    if a3 >= 0:
-        pg = _page_of(page_base, peer, a3, page_bytes)
-        s3 = page_stack[pg]
-        phys = page_phys[pg] + a3 % page_bytes
-        h = mix64(phys // hash_bytes)
-        row = owner[s3] if domain < 0 else domain
-        port = dom_ports[row, np.int64(h % np.uint64(dom_ports.shape[1]))]
-    return s0, s1, s2, port, s3
+def _advance(page: Any, within: Any, step: int, page_bytes: int) -> tuple:
+    """(page, offset in page) ``step`` bytes further on (pages of a buffer are consecutive)."""
+    within += step
+    while within >= page_bytes:
+        within -= page_bytes
+        page += 1
+    return page, within
 
 
 @njit(cache=True)
@@ -1104,16 +1091,47 @@ def build_jobs(n_bytes: I8, n_gpu: I4, n_peer: I4, n_addr: I8, page_base: I8, pa
         if nbytes > 0 and (n_addr[n, 0] >= 0 or n_addr[n, 1] >= 0 or n_addr[n, 2] >= 0 or n_addr[n, 3] >= 0):
             nlines = (nbytes + line_bytes - 1) // line_bytes
             nused = 0
+            # each address's page and offset in it, moved on line by line without dividing
+            # (the pages of a buffer are consecutive): a line's page is its first byte's
+            g = n_gpu[n]
+            pg0 = pg1 = pg2 = pg3 = -1
+            w0 = w1 = w2 = w3 = 0
+            s0 = s1 = s2 = s3 = -1
+            if n_addr[n, 0] >= 0:
+                pg0 = page_base[g] + n_addr[n, 0] // page_bytes
+                w0 = n_addr[n, 0] % page_bytes
+                s0 = page_stack[pg0]
+            if n_addr[n, 1] >= 0:
+                pg1 = page_base[g] + n_addr[n, 1] // page_bytes
+                w1 = n_addr[n, 1] % page_bytes
+                s1 = page_stack[pg1]
+            if n_addr[n, 2] >= 0:
+                pg2 = page_base[g] + n_addr[n, 2] // page_bytes
+                w2 = n_addr[n, 2] % page_bytes
+                s2 = page_stack[pg2]
+            if n_addr[n, 3] >= 0:
+                pg3 = page_base[n_peer[n]] + n_addr[n, 3] // page_bytes
+                w3 = n_addr[n, 3] % page_bytes
+                s3 = page_stack[pg3]
             for li in range(nlines):
                 off = li * line_bytes
                 b = line_bytes if off + line_bytes <= nbytes else nbytes - off
-                a0 = n_addr[n, 0] + off if n_addr[n, 0] >= 0 else -1
-                a1 = n_addr[n, 1] + off if n_addr[n, 1] >= 0 else -1
-                a2 = n_addr[n, 2] + off if n_addr[n, 2] >= 0 else -1
-                a3 = n_addr[n, 3] + off if n_addr[n, 3] >= 0 else -1
-                s0, s1, s2, port, s3 = _line_class(n_gpu[n], n_peer[n], a0, a1, a2, a3, page_base, page_stack,
-                                                   page_phys, page_bytes, hash_bytes, owner, dom_ports,
-                                                   n_domain[n])
+                if li > 0:
+                    if pg0 >= 0:
+                        pg0, w0 = _advance(pg0, w0, line_bytes, page_bytes)
+                        s0 = page_stack[pg0]
+                    if pg1 >= 0:
+                        pg1, w1 = _advance(pg1, w1, line_bytes, page_bytes)
+                        s1 = page_stack[pg1]
+                    if pg2 >= 0:
+                        pg2, w2 = _advance(pg2, w2, line_bytes, page_bytes)
+                        s2 = page_stack[pg2]
+                    if pg3 >= 0:
+                        pg3, w3 = _advance(pg3, w3, line_bytes, page_bytes)
+                        s3 = page_stack[pg3]
+                port = np.int64(-1)
+                if pg3 >= 0:
+                    port = _store_port(page_phys[pg3] + w3, hash_bytes, s3, owner, dom_ports, n_domain[n])
                 j = -1
                 if packet_bytes > line_bytes:
                     # the store route defines the class; a packet loads from its first line's

@@ -143,25 +143,36 @@ def test_receive_buffers_follow_scratch(spec) -> None:  # type: ignore[no-untype
 @settings(max_examples=30, deadline=None)
 @given(pages=st.lists(st.tuples(st.integers(0, 15), st.integers(0, 5000)), min_size=1, max_size=8),
        offset=st.integers(0, 4095), nar=st.sampled_from([None, 1, 2, 3, 4, 6, 12]),
-       cu=st.one_of(st.none(), st.integers(0, 1007)))
+       cu=st.one_of(st.none(), st.integers(0, 1007)), line=st.sampled_from([256, 200, 4096, 5000]))
 def test_replay_port_hash_matches_the_topology(pages: list[tuple[int, int]], offset: int,
-                                               nar: int | None, cu: int | None) -> None:
-    # the replay re-implements the address map in numba; it must agree with nuna.topology, for
-    # ports chosen by the address and (``cu``) by the storing CU
+                                               nar: int | None, cu: int | None, line: int) -> None:
+    # the replay re-implements the address map in numba (walking pages line by line without
+    # dividing); every line's stack and port must agree with nuna.topology, for ports chosen by
+    # the address and (``cu``) by the storing CU, with lines that straddle pages or skip one
     from nuna.sim import engine as eng
     from nuna.topology.address import cu_nar_domains, io_port, nar_port_table, stack_domains
 
     spec = load_topology("nuna-4die" if cu is None else "nuna-4die-nar-cu")
     g = nar or 1
     domain = cu_nar_domains(spec, g)[cu] if cu is not None and g > 1 else -1
-    owner = stack_domains(spec, g)
     page_stack = np.array([s for s, _ in pages], dtype=np.int64)
     page_phys = np.array([physical_address(spec, s, slot) for s, slot in pages], dtype=np.int64)
     page = spec.chip.page_bytes
-    for j in range(len(pages)):
-        vaddr = j * page + offset
-        _, _, _, port, stack = eng._line_class(0, 0, -1, -1, -1, vaddr, np.zeros(1, np.int64), page_stack,
-                                               page_phys, page, spec.chip.address_hash_granularity_bytes,
-                                               owner, nar_port_table(spec, g), domain)
-        assert stack == pages[j][0]
-        assert port == io_port(spec, int(page_phys[j]) + offset, nar, cu)
+    nbytes = len(pages) * page - offset  # one remote store from ``offset`` to the last page's end
+    args = (np.array([nbytes]), np.zeros(1, np.int32), np.zeros(1, np.int32),
+            np.array([[-1, -1, -1, offset]]), np.zeros(1, np.int64), page_stack, page_phys, page,
+            spec.chip.address_hash_granularity_bytes, stack_domains(spec, g), nar_port_table(spec, g),
+            np.array([domain]), line, line)
+    ptr = np.zeros(2, np.int64)
+    jobs = int(eng.build_jobs(*args, False, ptr, np.zeros(1, np.int64), np.zeros((1, 5), np.int16)))
+    assert jobs == -(-nbytes // line)
+    j_bytes = np.zeros(jobs, np.int64)
+    j_cls = np.full((jobs, 5), -1, np.int16)
+    eng.build_jobs(*args, True, ptr, j_bytes, j_cls)
+    assert int(j_bytes.sum()) == nbytes
+    for k in range(jobs):
+        vaddr = offset + k * line  # the line's first byte decides its page
+        j = vaddr // page
+        assert j_cls[k, 4] == pages[j][0]
+        assert j_cls[k, 3] == io_port(spec, int(page_phys[j]) + vaddr % page, nar, cu)
+        assert list(j_cls[k, :3]) == [-1, -1, -1]
