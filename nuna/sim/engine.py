@@ -1054,13 +1054,26 @@ def _store_port(phys: int, hash_bytes: int, stack: int, owner: I8, dom_ports: An
 
 
 @njit(cache=True)
-def _advance(page: Any, within: Any, step: int, page_bytes: int) -> tuple:
-    """(page, offset in page) ``step`` bytes further on (pages of a buffer are consecutive)."""
+def _line_page(base: Any, addr: Any, page_bytes: int, page_stack: I8) -> tuple:
+    """(page, offset in it, its stack) of the first line of a step's address ``addr`` in a
+    buffer whose first page is ``base``; (-1, 0, -1) when the step has no such address."""
+    if addr < 0:
+        return -1, 0, -1
+    page = base + addr // page_bytes
+    return page, addr % page_bytes, page_stack[page]
+
+
+@njit(cache=True)
+def _next_line_page(page: Any, within: Any, stack: Any, step: int, page_bytes: int, page_stack: I8) -> tuple:
+    """:func:`_line_page` of the line ``step`` bytes further on, without dividing (the pages of
+    a buffer are consecutive); unchanged for a missing address (``page`` -1)."""
+    if page < 0:
+        return page, within, stack
     within += step
     while within >= page_bytes:
         within -= page_bytes
         page += 1
-    return page, within
+    return page, within, page_stack[page]
 
 
 @njit(cache=True)
@@ -1094,41 +1107,18 @@ def build_jobs(n_bytes: I8, n_gpu: I4, n_peer: I4, n_addr: I8, page_base: I8, pa
             # each address's page and offset in it, moved on line by line without dividing
             # (the pages of a buffer are consecutive): a line's page is its first byte's
             g = n_gpu[n]
-            pg0 = pg1 = pg2 = pg3 = -1
-            w0 = w1 = w2 = w3 = 0
-            s0 = s1 = s2 = s3 = -1
-            if n_addr[n, 0] >= 0:
-                pg0 = page_base[g] + n_addr[n, 0] // page_bytes
-                w0 = n_addr[n, 0] % page_bytes
-                s0 = page_stack[pg0]
-            if n_addr[n, 1] >= 0:
-                pg1 = page_base[g] + n_addr[n, 1] // page_bytes
-                w1 = n_addr[n, 1] % page_bytes
-                s1 = page_stack[pg1]
-            if n_addr[n, 2] >= 0:
-                pg2 = page_base[g] + n_addr[n, 2] // page_bytes
-                w2 = n_addr[n, 2] % page_bytes
-                s2 = page_stack[pg2]
-            if n_addr[n, 3] >= 0:
-                pg3 = page_base[n_peer[n]] + n_addr[n, 3] // page_bytes
-                w3 = n_addr[n, 3] % page_bytes
-                s3 = page_stack[pg3]
+            pg0, w0, s0 = _line_page(page_base[g], n_addr[n, 0], page_bytes, page_stack)
+            pg1, w1, s1 = _line_page(page_base[g], n_addr[n, 1], page_bytes, page_stack)
+            pg2, w2, s2 = _line_page(page_base[g], n_addr[n, 2], page_bytes, page_stack)
+            pg3, w3, s3 = _line_page(page_base[n_peer[n]], n_addr[n, 3], page_bytes, page_stack)
             for li in range(nlines):
                 off = li * line_bytes
                 b = line_bytes if off + line_bytes <= nbytes else nbytes - off
                 if li > 0:
-                    if pg0 >= 0:
-                        pg0, w0 = _advance(pg0, w0, line_bytes, page_bytes)
-                        s0 = page_stack[pg0]
-                    if pg1 >= 0:
-                        pg1, w1 = _advance(pg1, w1, line_bytes, page_bytes)
-                        s1 = page_stack[pg1]
-                    if pg2 >= 0:
-                        pg2, w2 = _advance(pg2, w2, line_bytes, page_bytes)
-                        s2 = page_stack[pg2]
-                    if pg3 >= 0:
-                        pg3, w3 = _advance(pg3, w3, line_bytes, page_bytes)
-                        s3 = page_stack[pg3]
+                    pg0, w0, s0 = _next_line_page(pg0, w0, s0, line_bytes, page_bytes, page_stack)
+                    pg1, w1, s1 = _next_line_page(pg1, w1, s1, line_bytes, page_bytes, page_stack)
+                    pg2, w2, s2 = _next_line_page(pg2, w2, s2, line_bytes, page_bytes, page_stack)
+                    pg3, w3, s3 = _next_line_page(pg3, w3, s3, line_bytes, page_bytes, page_stack)
                 port = np.int64(-1)
                 if pg3 >= 0:
                     port = _store_port(page_phys[pg3] + w3, hash_bytes, s3, owner, dom_ports, n_domain[n])
