@@ -1077,15 +1077,34 @@ def _next_line_page(page: Any, within: Any, stack: Any, step: int, page_bytes: i
 
 
 @njit(cache=True)
+def _grow_jobs(j_bytes: I8, j_cls: Any, used: int, need: int) -> tuple:
+    """``j_bytes``/``j_cls`` with room for ``need`` rows, their first ``used`` rows kept
+    (capacity doubles, so that filling is linear overall)."""
+    if need <= j_bytes.shape[0]:
+        return j_bytes, j_cls
+    cap = 2 * j_bytes.shape[0]
+    if cap < need:
+        cap = need
+    jb = np.zeros(cap, np.int64)
+    jc = np.full((cap, 5), -1, np.int16)
+    jb[:used] = j_bytes[:used]
+    jc[:used] = j_cls[:used]
+    return jb, jc
+
+
+@njit(cache=True)
 def build_jobs(n_bytes: I8, n_gpu: I4, n_peer: I4, n_addr: I8, page_base: I8, page_stack: I8, page_phys: I8,
                page_bytes: int, hash_bytes: int, owner: I8, dom_ports: Any, n_domain: I8, line_bytes: int,
-               packet_bytes: int, fill: bool, n_job_ptr: I8, j_bytes: I8, j_cls: Any) -> Any:
-    """Count the jobs of every node into ``n_job_ptr`` (CSR, ``fill`` False) or write them into
-    ``j_bytes``/``j_cls`` at the offsets ``n_job_ptr`` already holds (``fill`` True); returns
-    the total. ``n_addr[n]`` holds the node's four base addresses (load 0, load 1, local store:
-    on its own GPU; remote store: on ``n_peer[n]``; -1 = none); ``n_domain[n]`` the NAR domain
-    its remote stores use (-1: the one owning each line's destination stack)."""
+               packet_bytes: int, n_job_ptr: I8, capacity: int) -> Any:
+    """The jobs of every node, in one pass: their offsets go into ``n_job_ptr`` (CSR), and
+    ``(total, j_bytes, j_cls)`` is returned, the arrays with room for at least ``total`` rows
+    (``capacity`` to begin with; an estimate, grown as needed). ``n_addr[n]`` holds the node's
+    four base addresses (load 0, load 1, local store: on its own GPU; remote store: on
+    ``n_peer[n]``; -1 = none); ``n_domain[n]`` the NAR domain its remote stores use (-1: the
+    one owning each line's destination stack)."""
     nn = n_bytes.shape[0]
+    j_bytes = np.zeros(max(1, capacity), np.int64)
+    j_cls = np.full((max(1, capacity), 5), -1, np.int16)
     cap = 1 << 18
     keys = np.full(cap, -1, np.int64)
     slot_job = np.zeros(cap, np.int64)
@@ -1097,12 +1116,14 @@ def build_jobs(n_bytes: I8, n_gpu: I4, n_peer: I4, n_addr: I8, page_base: I8, pa
             max_lines = lines
     acc = np.zeros(max_lines, np.int64)  # bytes of each of the current node's jobs
     centre = np.zeros(max_lines, np.float64)  # sum of each job's line indices
+    n_job_ptr[0] = 0
     for n in range(nn):
         base = n_job_ptr[n]
         nbytes = n_bytes[n]
         count = 0
         if nbytes > 0 and (n_addr[n, 0] >= 0 or n_addr[n, 1] >= 0 or n_addr[n, 2] >= 0 or n_addr[n, 3] >= 0):
             nlines = (nbytes + line_bytes - 1) // line_bytes
+            j_bytes, j_cls = _grow_jobs(j_bytes, j_cls, base, base + nlines)
             nused = 0
             # each address's page and offset in it, moved on line by line without dividing
             # (the pages of a buffer are consecutive): a line's page is its first byte's
@@ -1145,24 +1166,22 @@ def build_jobs(n_bytes: I8, n_gpu: I4, n_peer: I4, n_addr: I8, page_base: I8, pa
                     if j >= 0 and acc[j] + b <= packet_bytes:
                         acc[j] += b
                         centre[j] += li
-                        if fill:
-                            j_bytes[base + j] = acc[j]
+                        j_bytes[base + j] = acc[j]
                         continue
                     slot_job[h] = count
                 acc[count] = b
                 centre[count] = li
-                if fill:
-                    k = base + count
-                    j_bytes[k] = b
-                    j_cls[k, 0] = s0
-                    j_cls[k, 1] = s1
-                    j_cls[k, 2] = s2
-                    j_cls[k, 3] = port
-                    j_cls[k, 4] = s3
+                k = base + count
+                j_bytes[k] = b
+                j_cls[k, 0] = s0
+                j_cls[k, 1] = s1
+                j_cls[k, 2] = s2
+                j_cls[k, 3] = port
+                j_cls[k, 4] = s3
                 count += 1
             for u in range(nused):
                 keys[used[u]] = -1
-            if fill and packet_bytes > line_bytes and count > 1:
+            if packet_bytes > line_bytes and count > 1:
                 # issue in the order of each packet's mean line index, the order in which a
                 # stream of lines would reach it: packets of every route are interleaved to the
                 # very end (round by round over the routes, the order before, issued a round in
@@ -1175,9 +1194,8 @@ def build_jobs(n_bytes: I8, n_gpu: I4, n_peer: I4, n_addr: I8, page_base: I8, pa
                     j_bytes[base + i] = jb[order[i]]
                     for c in range(5):
                         j_cls[base + i, c] = jc[order[i], c]
-        if not fill:
-            n_job_ptr[n + 1] = base + count
-    return n_job_ptr[nn]
+        n_job_ptr[n + 1] = base + count
+    return n_job_ptr[nn], j_bytes, j_cls
 
 
 # --- replay: the event loop --------------------------------------------------------------

@@ -279,10 +279,12 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *, packet
     args = (n_bytes, n_gpu.astype(np.int32), n_peer.astype(np.int32), n_addr, layout.page_base,
             layout.page_stack, layout.page_phys, layout.page_bytes, chip.address_hash_granularity_bytes,
             owner, dom_ports, n_domain, line, psize)
-    njobs = int(eng.build_jobs(*args, False, n_job_ptr, np.zeros(1, np.int64), np.zeros((1, 5), np.int16)))
-    j_bytes = np.zeros(max(1, njobs), dtype=np.int64)
-    j_cls = np.full((max(1, njobs), 5), -1, dtype=np.int16)
-    eng.build_jobs(*args, True, n_job_ptr, j_bytes, j_cls)
+    # room for twice the jobs of full packets, never more than one per line (exact for flits)
+    full = int(((n_bytes + psize - 1) // psize)[moving].sum())
+    capacity = total_lines if psize <= line else min(total_lines, 2 * full)
+    njobs, j_bytes, j_cls = eng.build_jobs(*args, n_job_ptr, capacity)
+    njobs = int(njobs)
+    j_bytes, j_cls = j_bytes[: max(1, njobs)], j_cls[: max(1, njobs)]
 
     # network and pools
     net = _pod_net(spec, ngpus, opts.router, opts.element_bytes, opts.issue_queue)

@@ -164,15 +164,45 @@ def test_replay_port_hash_matches_the_topology(pages: list[tuple[int, int]], off
             spec.chip.address_hash_granularity_bytes, stack_domains(spec, g), nar_port_table(spec, g),
             np.array([domain]), line, line)
     ptr = np.zeros(2, np.int64)
-    jobs = int(eng.build_jobs(*args, False, ptr, np.zeros(1, np.int64), np.zeros((1, 5), np.int16)))
-    assert jobs == -(-nbytes // line)
-    j_bytes = np.zeros(jobs, np.int64)
-    j_cls = np.full((jobs, 5), -1, np.int16)
-    eng.build_jobs(*args, True, ptr, j_bytes, j_cls)
-    assert int(j_bytes.sum()) == nbytes
+    jobs, j_bytes, j_cls = eng.build_jobs(*args, ptr, 1)  # capacity 1: the arrays must grow
+    assert jobs == -(-nbytes // line) == ptr[1]
+    assert int(j_bytes[:jobs].sum()) == nbytes
     for k in range(jobs):
         vaddr = offset + k * line  # the line's first byte decides its page
         j = vaddr // page
         assert j_cls[k, 4] == pages[j][0]
         assert j_cls[k, 3] == io_port(spec, int(page_phys[j]) + vaddr % page, nar, cu)
         assert list(j_cls[k, :3]) == [-1, -1, -1]
+
+
+@settings(max_examples=20, deadline=None)
+@given(sizes=st.lists(st.integers(0, 40_000), min_size=1, max_size=6),
+       packet=st.sampled_from([256, 1024, 8192]), capacity=st.integers(1, 64))
+def test_build_jobs_is_independent_of_its_starting_capacity(sizes: list[int], packet: int,
+                                                            capacity: int) -> None:
+    # build_jobs fills its arrays in one pass and grows them when the estimate is short: the
+    # jobs (offsets, bytes, routes) must be the same whatever room it starts with
+    from nuna.sim import engine as eng
+    from nuna.topology.address import nar_port_table, stack_domains
+
+    spec = load_topology("nuna-4die")
+    page = spec.chip.page_bytes
+    npages = sum(-(-s // page) + 1 for s in sizes) + 1
+    page_stack = (np.arange(npages, dtype=np.int64) * 5) % 16
+    page_phys = np.arange(npages, dtype=np.int64) * page
+    addr, start = [], 0
+    for k, size in enumerate(sizes):  # node k loads (k odd) and stores remotely from ``start``
+        addr.append([start if k % 2 else -1, -1, -1, start])
+        start += size
+    n = len(sizes)
+    args = (np.array(sizes, np.int64), np.zeros(n, np.int32), np.zeros(n, np.int32), np.array(addr, np.int64),
+            np.zeros(1, np.int64), page_stack, page_phys, page, spec.chip.address_hash_granularity_bytes,
+            stack_domains(spec, 1), nar_port_table(spec, 1), np.full(n, -1, np.int64), 256, packet)
+    ptr_a, ptr_b = np.zeros(n + 1, np.int64), np.zeros(n + 1, np.int64)
+    jobs_a, jb_a, jc_a = eng.build_jobs(*args, ptr_a, capacity)
+    jobs_b, jb_b, jc_b = eng.build_jobs(*args, ptr_b, sum(-(-s // 256) for s in sizes) + 1)
+    assert jobs_a == jobs_b == ptr_a[-1]
+    assert np.array_equal(ptr_a, ptr_b)
+    assert np.array_equal(jb_a[:jobs_a], jb_b[:jobs_b])
+    assert np.array_equal(jc_a[:jobs_a], jc_b[:jobs_b])
+    assert int(jb_a[:jobs_a].sum()) == sum(sizes)
