@@ -107,6 +107,9 @@ def info(
         for g, sent, got in zip((g.id for g in plan.gpus), s.sent_bytes, s.received_bytes, strict=True):
             typer.echo(f"{g:>5} {sent:>14} {got:>14}")
         typer.echo(f"{'total':>5} {sum(s.sent_bytes):>14} {sum(s.received_bytes):>14}")
+        note = s.fit.note() if s.fit is not None else None
+        if note is not None:
+            typer.echo(f"note: {note}")
     for msg in warnings:
         typer.echo(f"warning: {msg}")
 

@@ -21,6 +21,7 @@ from nuna.passes.nap import finest_granularity
 from nuna.plan.dag import build_dag, flatten
 from nuna.plan.generate import generate
 from nuna.plan.ir import Plan
+from nuna.plan.verify import size_fit
 from nuna.sim.layout import memory_layout, threadblock_cus
 from nuna.sim.replay import simulate
 from nuna.sim.result import SimResult
@@ -76,9 +77,11 @@ class Comparison:
     topology: str
     size_bytes: int
     rows: tuple[ConfigRow, ...]
+    size_note: str | None = None  # when an executor would not select the plan at this size
 
     def to_json(self) -> dict[str, Any]:
         return {"plan": self.plan, "topology": self.topology, "size_bytes": self.size_bytes,
+                "size_note": self.size_note,
                 "reference": self.rows[0].config if self.rows else None,
                 "configs": [r.to_json() for r in self.rows]}
 
@@ -143,7 +146,7 @@ def compare(plan: Plan, spec: TopologySpec, size_bytes: int, configs: Sequence[s
             threadblocks_moved=int((cus != ref_cus).sum()), pages_moved=int((pages != ref_pages).sum()),
             result=result,
         ))
-    return Comparison(plan.name, spec.name, size_bytes, tuple(rows))
+    return Comparison(plan.name, spec.name, size_bytes, tuple(rows), size_fit(plan, size_bytes).note())
 
 
 def _mean_wait(result: SimResult, classes: tuple[str, ...]) -> float:
@@ -204,7 +207,8 @@ def format_comparison(c: Comparison) -> str:
     widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
     lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(
         zip(line, widths, strict=True))) for line in table]
-    return "\n".join(head + lines)
+    note = [f"note: {c.size_note}"] if c.size_note else []
+    return "\n".join(head + lines + note)
 
 
 # --- the demo -------------------------------------------------------------------------------

@@ -608,6 +608,7 @@ class PlanSummary:
     chunk_bytes: int | None = None
     sent_bytes: tuple[int, ...] | None = None
     received_bytes: tuple[int, ...] | None = None
+    fit: SizeFit | None = None  # with a size: whether an executor would select the plan
 
     @property
     def total_steps(self) -> int:
@@ -630,6 +631,9 @@ class PlanSummary:
             out["chunk_bytes"] = self.chunk_bytes
             out["sent_bytes"] = list(self.sent_bytes or ())
             out["received_bytes"] = list(self.received_bytes or ())
+        if self.fit is not None:
+            out["padding_bytes"] = self.fit.padding_bytes
+            out["msccl_selectable"] = self.fit.msccl_selectable
         return out
 
 
@@ -644,6 +648,47 @@ def chunk_bytes_for(plan: Plan, size_bytes: int) -> int:
     if n <= 0:
         raise UsageError(f"plan has nchunksperloop={n}; no chunk size can be derived")
     return -(-size_bytes // n)
+
+
+@dataclass(frozen=True, slots=True)
+class SizeFit:
+    """How a collective of ``size_bytes`` splits into a plan's chunks (reference §4).
+
+    The executors select a plan only when the element count divides into its chunks
+    (``(count * sizeMultiplier) % nchunksperloop == 0``, ``msccl_lifecycle.cc``, i.e. the whole
+    collective buffer's elements); otherwise the call falls back to NCCL's own algorithms.
+    nuna replays it anyway, with ``padding_bytes`` added over all chunks."""
+
+    size_bytes: int
+    element_bytes: int
+    nchunksperloop: int
+    chunk_bytes: int
+    padding_bytes: int
+    msccl_selectable: bool
+
+    def note(self) -> str | None:
+        """One line for the user when an executor would not run the plan at this size."""
+        if self.msccl_selectable:
+            return None
+        if self.size_bytes % self.element_bytes:
+            why = f"{self.size_bytes} B is not a whole number of {self.element_bytes}-byte elements"
+        else:
+            why = (f"its {self.size_bytes // self.element_bytes} elements do not divide into "
+                   f"{self.nchunksperloop} chunks")
+        return (f"MSCCL would not select this plan at {self.size_bytes} B ({why}); nuna pads each "
+                f"chunk to {self.chunk_bytes} B ({self.padding_bytes} B in all)")
+
+
+def size_fit(plan: Plan, size_bytes: int, element_bytes: int = 4) -> SizeFit:
+    """:class:`SizeFit` of ``plan`` at ``size_bytes`` with elements of ``element_bytes`` (4:
+    float, the nccl-tests default). ``UsageError`` as :func:`chunk_bytes_for`."""
+    if element_bytes <= 0:
+        raise UsageError(f"element size must be positive, got {element_bytes}")
+    chunk = chunk_bytes_for(plan, size_bytes)
+    n = plan.nchunksperloop
+    selectable = size_bytes % element_bytes == 0 and (size_bytes // element_bytes) % n == 0
+    return SizeFit(size_bytes=size_bytes, element_bytes=element_bytes, nchunksperloop=n, chunk_bytes=chunk,
+                   padding_bytes=chunk * n - size_bytes, msccl_selectable=selectable)
 
 
 def summarize(plan: Plan, size_bytes: int | None = None) -> PlanSummary:
@@ -677,7 +722,8 @@ def summarize(plan: Plan, size_bytes: int | None = None) -> PlanSummary:
         if pl.size_bytes is not None:
             parts.append(f"for size {pl.size_bytes} B")
         placement = ", ".join(parts)
-    chunk = chunk_bytes_for(plan, size_bytes) if size_bytes is not None else None
+    fit = size_fit(plan, size_bytes) if size_bytes is not None else None
+    chunk = fit.chunk_bytes if fit is not None else None
     return PlanSummary(
         name=plan.name, collective=plan.coll_xml, protocol=plan.protocol.value, ngpus=plan.ngpus,
         nchannels=plan.nchannels, nchunksperloop=plan.nchunksperloop, inplace=plan.inplace,
@@ -691,6 +737,7 @@ def summarize(plan: Plan, size_bytes: int | None = None) -> PlanSummary:
         chunk_bytes=chunk,
         sent_bytes=None if chunk is None else tuple(c * chunk for c in sent),
         received_bytes=None if chunk is None else tuple(c * chunk for c in received),
+        fit=fit,
     )
 
 

@@ -33,6 +33,7 @@ import numpy.typing as npt
 from nuna.errors import SimulationError, UsageError
 from nuna.plan.dag import NONE, STEP_TYPES, FlatPlan, ReplayDag, build_dag, flatten
 from nuna.plan.ir import Plan
+from nuna.plan.verify import SizeFit, size_fit
 from nuna.sim import engine as eng
 from nuna.sim.layout import MemoryLayout, memory_layout, threadblock_cus
 from nuna.sim.network import EDGE_CLASSES, WAIT_CLASSES, PodNet, RouterParams, build_pod_net
@@ -347,7 +348,7 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *, packet
     if R.rc[eng.R_DONE] < nn:
         raise SimulationError(_deadlock_message(flat, dag, R))
     return _result(plan, spec, size_bytes, psize, seed, flat, dag, net, st, R, layout, tb_cu, lower,
-                   lb_sent, njobs, started, trace)
+                   lb_sent, njobs, started, trace, size_fit(plan, size_bytes, opts.element_bytes))
 
 
 @functools.lru_cache(maxsize=8)
@@ -370,7 +371,7 @@ def _chip_links(net: PodNet, e_bytes: I64, util: npt.NDArray[np.float64]) -> Chi
 
 def _result(plan: Plan, spec: TopologySpec, size_bytes: int, psize: int, seed: int, flat: FlatPlan,
             dag: ReplayDag, net: PodNet, st: Any, R: Any, layout: MemoryLayout, tb_cu: I64, lower: float,
-            sent: I64, njobs: int, started: float, trace: bool) -> SimResult:
+            sent: I64, njobs: int, started: float, trace: bool, fit: SizeFit) -> SimResult:
     chip = spec.chip
     ngpus = plan.ngpus
     nn = flat.num_nodes
@@ -456,4 +457,5 @@ def _result(plan: Plan, spec: TopologySpec, size_bytes: int, psize: int, seed: i
         node_t_ready=R.n_t_ready.copy(), node_t_start=R.n_t_start.copy(), node_t_end=R.n_t_end.copy(),
         trace_time_ns=R.tr_time[:ntr].copy(),
         trace_port_bytes=np.ascontiguousarray(tr_bytes).astype(np.int64),
+        padding_bytes=fit.padding_bytes, msccl_selectable=fit.msccl_selectable,
     )

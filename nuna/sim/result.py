@@ -137,6 +137,10 @@ class SimResult:
     node_t_end: F64 = field(repr=False)
     trace_time_ns: F64 = field(repr=False)
     trace_port_bytes: I64 = field(repr=False)  # [sample, gpu * ports + port, 0 egress / 1 ingress]
+    # chunks padded to split the size (nuna.plan.verify.size_fit); an executor would not select
+    # the plan at this size unless ``msccl_selectable``
+    padding_bytes: int = 0
+    msccl_selectable: bool = True
 
     @property
     def algbw_gbps(self) -> float:
@@ -171,6 +175,8 @@ class SimResult:
             "topology": self.topology,
             "size_bytes": self.size_bytes,
             "chunk_bytes": self.chunk_bytes,
+            "padding_bytes": self.padding_bytes,
+            "msccl_selectable": self.msccl_selectable,
             "packet_bytes": self.packet_bytes,
             "seed": self.seed,
             "config": self.config,

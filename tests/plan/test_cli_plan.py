@@ -113,6 +113,14 @@ def test_info_text(run_cli) -> None:
     assert [int(r[2]) for r in rows] == list(s.received_bytes or ())
     total = next(line.split() for line in out.splitlines() if line.split()[:1] == ["total"])
     assert int(total[1]) == sum(s.sent_bytes) == 2 * 500000
+    assert "MSCCL would not select" not in out  # 250,000 floats divide into 4 chunks
+
+
+def test_info_notes_a_size_the_executors_would_not_select(run_cli) -> None:
+    res = run_cli("info", str(FIG7), "--size", "1000002")  # 250,000.5 floats
+    assert res.code == 0
+    assert "note: MSCCL would not select this plan at 1000002 B" in res.out
+    assert "250001 B" in res.out  # the padded chunk
 
 
 def test_info_json_matches_the_library(run_cli, old_header: Path) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from nuna.errors import PlanError, UsageError
 from nuna.plan.ir import Buffer, ChunkPlacement, Placement, Plan, Step, StepType, TbPlacement
-from nuna.plan.verify import MAX_ERRORS, Report, chunk_bytes_for, summarize, verify
+from nuna.plan.verify import MAX_ERRORS, Report, chunk_bytes_for, size_fit, summarize, verify
 from nuna.plan.xml import dump, load, loads_with_source
 
 REPO = Path(__file__).resolve().parents[2]
@@ -320,3 +320,22 @@ def test_chunk_bytes_round_up_so_chunks_cover_the_size() -> None:
         assert 3 * cb >= size > 3 * (cb - 1)
     with pytest.raises(UsageError):
         chunk_bytes_for(plan, 0)
+
+
+@pytest.mark.parametrize(("size", "element", "selectable"), [
+    (12, 4, True), (24_000, 4, True), (3004, 4, False),  # 751 floats: not a multiple of 3 chunks
+    (3003, 1, True), (3001, 1, False), (14, 4, False),  # 14 B: not whole floats
+    (3000, 2, True)])
+def test_size_fit_follows_the_executors_selection_rule(size: int, element: int, selectable: bool) -> None:
+    plan = load(RING)  # 3 chunks per loop
+    fit = size_fit(plan, size, element)
+    assert fit.msccl_selectable is selectable
+    assert fit.chunk_bytes == chunk_bytes_for(plan, size)
+    assert fit.padding_bytes == 3 * fit.chunk_bytes - size >= 0
+    note = fit.note()
+    assert (note is None) is selectable
+    if note is not None:
+        assert str(size) in note
+        assert str(fit.chunk_bytes) in note
+    with pytest.raises(UsageError):
+        size_fit(plan, size, 0)

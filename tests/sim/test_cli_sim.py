@@ -43,6 +43,21 @@ def test_simulate_prints_row_and_writes_files(run_cli, plan_file: Path, tmp_path
     assert {e["pid"] for e in slices} == {0, 1, 2, 3}
     assert any(e["ph"] == "C" and e["name"].startswith("io port") for e in events)
     assert max(e["ts"] + e["dur"] for e in slices) == pytest.approx(data["time_ns"] / 1000)
+    # 64,000 floats divide into the plan's 8 chunks: nothing padded, nothing to note
+    assert data["msccl_selectable"] is True
+    assert data["padding_bytes"] == 0
+    assert "MSCCL" not in res.out
+
+
+def test_simulate_notes_a_size_the_executors_would_not_select(run_cli, plan_file: Path,
+                                                              tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    res = run_cli("simulate", plan_file, "--size", "100004", "--json", out)  # 25,001 floats, 8 chunks
+    assert res.code == 0, res.err
+    data = json.loads(out.read_text())
+    assert data["msccl_selectable"] is False
+    assert data["padding_bytes"] == 8 * data["chunk_bytes"] - 100_004 > 0
+    assert "# note: MSCCL would not select this plan at 100004 B" in res.out
 
 
 def test_simulate_json_is_deterministic(run_cli, plan_file: Path, tmp_path: Path) -> None:
