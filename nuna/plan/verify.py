@@ -675,8 +675,11 @@ class SizeFit:
         else:
             why = (f"its {self.size_bytes // self.element_bytes} elements do not divide into "
                    f"{self.nchunksperloop} chunks")
-        return (f"MSCCL would not select this plan at {self.size_bytes} B ({why}); nuna pads each "
-                f"chunk to {self.chunk_bytes} B ({self.padding_bytes} B in all)")
+        if self.padding_bytes:
+            how = f"nuna pads each chunk to {self.chunk_bytes} B ({self.padding_bytes} B in all)"
+        else:
+            how = f"nuna replays it with chunks of {self.chunk_bytes} B, not whole elements"
+        return f"MSCCL would not select this plan at {self.size_bytes} B ({why}); {how}"
 
 
 def size_fit(plan: Plan, size_bytes: int, element_bytes: int = 4) -> SizeFit:

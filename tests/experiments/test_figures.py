@@ -221,8 +221,26 @@ def test_fig9_spec_is_the_papers_grid() -> None:
     main = [p for p in points if p.tbs_per_peer == 1]
     assert len(main) == 3 * 6 * 5 * 4  # the issue's grid, one threadblock per peer
     searched = [p for p in points if p.tbs_per_peer != 1]
-    assert len(searched) == 3 * 6 * 2 * 4 * 2  # 4 and 16 per peer, at 100 kB and 1 MB only
-    assert {p.size_bytes for p in searched} == {100_000, 1_000_000}
+    assert len(searched) == 3 * 6 * 2 * 4 * 2  # 4 and 16 per peer, at 100 KiB and 1 MiB only
+    assert {p.size_bytes for p in searched} == {100 * 1024, 1 << 20}
+
+
+@pytest.mark.parametrize("name", ["fig9", "fig10", "fig11", "fig12"])
+def test_figure_specs_use_sizes_the_executors_select(name: str) -> None:
+    # docs/results.md, "Sizes": the figures run at sizes whose element count divides into every
+    # plan's chunks, so that each point is a plan MSCCL would run (Fig 13's 1,152-chunk plan
+    # divides no power of two, Fig 14's GEMM needs decimal sizes)
+    from nuna.plan.generate import generate
+    from nuna.plan.verify import size_fit
+
+    spec = load_sweep_spec(figure_spec_path(name, REPO / "scripts" / "sweeps"))
+    plans: dict[tuple[str, int, int], Any] = {}
+    for p in expand(spec):
+        key = (p.collective, p.gpus, p.tbs_per_peer)
+        if key not in plans:
+            plans[key] = generate(p.collective, p.gpus, algo=spec.algo, tbs_per_peer=p.tbs_per_peer)
+        fit = size_fit(plans[key], p.size_bytes)
+        assert fit.msccl_selectable, (p, fit.note())
 
 
 def test_missing_spec_is_an_input_error(tmp_path: Path) -> None:

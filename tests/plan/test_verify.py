@@ -325,7 +325,7 @@ def test_chunk_bytes_round_up_so_chunks_cover_the_size() -> None:
 @pytest.mark.parametrize(("size", "element", "selectable"), [
     (12, 4, True), (24_000, 4, True), (3004, 4, False),  # 751 floats: not a multiple of 3 chunks
     (3003, 1, True), (3001, 1, False), (14, 4, False),  # 14 B: not whole floats
-    (3000, 2, True)])
+    (3000, 2, True), (3006, 4, False)])  # 3006 B: 1,002 B chunks, not whole floats
 def test_size_fit_follows_the_executors_selection_rule(size: int, element: int, selectable: bool) -> None:
     plan = load(RING)  # 3 chunks per loop
     fit = size_fit(plan, size, element)
@@ -337,5 +337,6 @@ def test_size_fit_follows_the_executors_selection_rule(size: int, element: int, 
     if note is not None:
         assert str(size) in note
         assert str(fit.chunk_bytes) in note
+        assert ("pads" in note) is (fit.padding_bytes > 0)
     with pytest.raises(UsageError):
         size_fit(plan, size, 0)
