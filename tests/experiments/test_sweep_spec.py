@@ -273,11 +273,11 @@ def test_shipped_quick_spec_is_valid_and_small() -> None:
 
 def test_restrict_grid_replaces_axes_names_the_result_and_keeps_point_identities() -> None:
     full = load_sweep_spec(Path(__file__).resolve().parents[2] / "scripts" / "sweeps" / "fig9.toml")
-    part = restrict_grid(full, {"gpus": ["2", "8"], "sizes": ["10MB"], "configs": ["UA", "NAP+NAR"]})
-    assert (part.gpus, part.sizes_bytes, part.configs) == ((2, 8), (10_000_000,), ("UA", "NAP+NAR"))
+    part = restrict_grid(full, {"gpus": ["2", "8"], "sizes": ["10MiB"], "configs": ["UA", "NAP+NAR"]})
+    assert (part.gpus, part.sizes_bytes, part.configs) == ((2, 8), (10 << 20,), ("UA", "NAP+NAR"))
     assert (part.collectives, part.tbs_per_peer, part.packet_bytes) == (
         full.collectives, full.tbs_per_peer, full.packet_bytes)
-    assert part.name == "fig9-gpus2_8-sizes10MB-configsUA_NAP+NAR"
+    assert part.name == "fig9-gpus2_8-sizes10MiB-configsUA_NAP+NAR"
     # the same points as the full grid's: their result files are shared
     full_ids = {point_id(p.as_dict(), full.point_function) for p in expand(full)}
     part_ids = {point_id(p.as_dict(), part.point_function) for p in expand(part)}
