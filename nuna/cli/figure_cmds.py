@@ -56,6 +56,11 @@ def figure(
     s = result.summary
     typer.echo(f"{name}: {s.ok}/{s.total} points ({s.ran} ran, {s.already_done} reused) -> "
                f"{result.png}, {result.svg}, {result.data_json}")
+    unselectable = result.data.get("msccl_unselectable_points", 0)
+    if unselectable:
+        typer.echo(f"note: {unselectable} of {result.data['points']} points replay a plan that MSCCL "
+                   "would not select at its size (the element count does not divide into its "
+                   "chunks; msccl_selectable in their results)")
     for failure in s.failed:
         typer.echo(f"failed: {failure.describe()}", err=True)
     if s.failed:

@@ -269,6 +269,11 @@ def figure_data(name: str, records: Sequence[Mapping[str, Any]]) -> dict[str, An
     """The numbers figure ``name`` shows, from sweep result records (``load_results``)."""
     _check_name(name)
     data: dict[str, Any] = {"figure": name, "points": len(records)}
+    # points whose plan an executor would not run at their size (results before nuna recorded
+    # it have no flag and are not counted); the key appears only when there are any
+    unselectable = sum(1 for r in records if r["result"].get("msccl_selectable") is False)
+    if unselectable:
+        data["msccl_unselectable_points"] = unselectable
     if name == "fig10":
         data.update(_fig10(records))
         return data

@@ -56,6 +56,26 @@ def test_speedup_is_baseline_time_over_config_time(times: list[float]) -> None:
     assert rows[0]["speedup"] == pytest.approx(1.0)
 
 
+@pytest.mark.parametrize("name", ["fig9", "fig10", "fig12", "fig14"])
+def test_figure_data_counts_points_the_executors_would_not_select(name: str) -> None:
+    # None: a result written before nuna recorded the flag, so not counted
+    cases = [("UA", 1_000_000, True), ("NAP+NAR", 1_000_000, False), ("UA", 2_000_000, None),
+             ("NAP+NAR", 2_000_000, False)]
+    records = []
+    for config, size, flag in cases:
+        extra: dict[str, Any] = {"remote_store_latency_ns": _LATENCY}
+        if flag is not None:
+            extra["msccl_selectable"] = flag
+        records.append(record(config, 100.0, size=size, extra=extra))
+    assert figure_data(name, records).get("msccl_unselectable_points") == 2
+    selectable = [dict(r, result={**r["result"], "msccl_selectable": True}) for r in records]
+    assert "msccl_unselectable_points" not in figure_data(name, selectable)
+
+
+_LATENCY = {"count": 1, "mean": 1.0, "p50": 1.0, "p99": 1.0, "max": 1.0,
+            "histogram": {"bin_ns": 1.0, "counts": [1]}}
+
+
 def test_speedup_pairs_only_points_that_differ_in_configuration() -> None:
     records = [record("UA", 100.0, gpus=2), record("UA", 400.0, gpus=8),
                record("NAP+NAR", 50.0, gpus=2), record("NAP+NAR", 200.0, gpus=8),
