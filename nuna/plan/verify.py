@@ -605,10 +605,13 @@ class PlanSummary:
     chunks_per_gpu: tuple[tuple[int, int, int], ...]  # (input, output, scratch) per GPU
     placement: str
     size_bytes: int | None = None
-    chunk_bytes: int | None = None
     sent_bytes: tuple[int, ...] | None = None
     received_bytes: tuple[int, ...] | None = None
-    fit: SizeFit | None = None  # with a size: whether an executor would select the plan
+    fit: SizeFit | None = None  # with a size: chunk bytes, and whether an executor selects the plan
+
+    @property
+    def chunk_bytes(self) -> int | None:
+        return self.fit.chunk_bytes if self.fit is not None else None
 
     @property
     def total_steps(self) -> int:
@@ -737,7 +740,6 @@ def summarize(plan: Plan, size_bytes: int | None = None) -> PlanSummary:
         chunks_per_gpu=tuple((g.input_chunks, g.output_chunks, g.scratch_chunks) for g in plan.gpus),
         placement=placement,
         size_bytes=size_bytes,
-        chunk_bytes=chunk,
         sent_bytes=None if chunk is None else tuple(c * chunk for c in sent),
         received_bytes=None if chunk is None else tuple(c * chunk for c in received),
         fit=fit,
