@@ -245,11 +245,11 @@ def test_fig9_spec_is_the_papers_grid() -> None:
     assert {p.size_bytes for p in searched} == {100 * 1024, 1 << 20}
 
 
-@pytest.mark.parametrize("name", ["fig9", "fig10", "fig11", "fig12"])
+@pytest.mark.parametrize("name", ["fig9", "fig10", "fig11", "fig12", "fig14"])
 def test_figure_specs_use_sizes_the_executors_select(name: str) -> None:
     # docs/results.md, "Sizes": the figures run at sizes whose element count divides into every
     # plan's chunks, so that each point is a plan MSCCL would run (Fig 13's 1,152-chunk plan
-    # divides no power of two, Fig 14's GEMM needs decimal sizes)
+    # divides no power of two)
     from nuna.plan.generate import generate
     from nuna.plan.verify import size_fit
 
@@ -261,6 +261,27 @@ def test_figure_specs_use_sizes_the_executors_select(name: str) -> None:
             plans[key] = generate(p.collective, p.gpus, algo=spec.algo, tbs_per_peer=p.tbs_per_peer)
         fit = size_fit(plans[key], p.size_bytes)
         assert fit.msccl_selectable, (p, fit.note())
+
+
+def test_every_fig14_point_merges_its_gemm() -> None:
+    # the GEMM's tiles must be whole numbers of the collective's (refined) chunks: a spec whose
+    # sizes do not allow it would fail its points one by one at run time
+    from nuna.experiments.gemm import add_gemm
+    from nuna.plan.generate import generate
+    from nuna.topology.spec import load_topology
+
+    spec = load_sweep_spec(figure_spec_path("fig14", REPO / "scripts" / "sweeps"))
+    topo = load_topology(spec.topologies[0])
+    seen = set()
+    for p in expand(spec):
+        key = (p.tbs_per_peer, p.size_bytes, p.gemm_bytes)
+        if p.gemm_bytes == 0 or key in seen:
+            continue
+        seen.add(key)
+        plan = generate(p.collective, p.gpus, algo=spec.algo, tbs_per_peer=p.tbs_per_peer)
+        _, info = add_gemm(plan, topo, p.size_bytes, p.gemm_bytes)
+        assert info.tile_bytes * info.tiles == p.gemm_bytes
+    assert len(seen) == 15  # 3 counts x 5 GEMM sizes
 
 
 def test_missing_spec_is_an_input_error(tmp_path: Path) -> None:
