@@ -190,7 +190,7 @@ def spec(name: str) -> Any:
 
 
 @pytest.mark.parametrize(("name", "tbs"), [("fig9", (1,)), ("fig11", (1, 4, 16)), ("fig12", (1, 4, 16)),
-                                           ("fig14", (1, 4)), ("fig13", (144, 1))])
+                                           ("fig14", (1, 4, 16)), ("fig13", (144, 1))])
 def test_figure_specs_search_the_threadblock_counts_they_can_afford(name: str, tbs: tuple[int, ...]) -> None:
     assert spec(name).tbs_per_peer == tbs
 
