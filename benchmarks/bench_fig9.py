@@ -1,8 +1,8 @@
 """Benchmark of the Fig 9 grid (3 collectives x 6 pods x 5 sizes x 4 configs = 360 points at one
-threadblock per peer, plus 4 and 16 per peer at 100 kB and 1 MB: 648 points): how long it takes
+threadblock per peer, plus 4 and 16 per peer at 100 KiB and 1 MiB: 648 points): how long it takes
 on this machine and where the time goes.
 
-``python benchmarks/bench_fig9.py [--gpus 2,8] [--sizes 100kB,1MB] [--full]``
+``python benchmarks/bench_fig9.py [--gpus 2,8] [--sizes 100KiB,1MiB] [--full]``
 
 Runs a stated subset of scripts/sweeps/fig9.toml serially in this process (one point at a time,
 so each point's wall time is its own), prints per-point timings (passes + simulation, jobs,
@@ -33,7 +33,7 @@ CORES = 2
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpus", default="2,8")
-    parser.add_argument("--sizes", default="100kB,1MB")
+    parser.add_argument("--sizes", default="100KiB,1MiB")
     parser.add_argument("--full", action="store_true")
     args = parser.parse_args()
     spec = load_sweep_spec(SPEC)
@@ -41,6 +41,10 @@ def main() -> None:
     gpus = {int(g) for g in args.gpus.split(",")}
     sizes = {parse_size(s) for s in args.sizes.split(",")}
     subset = points if args.full else [p for p in points if p["gpus"] in gpus and p["size_bytes"] in sizes]
+    if not subset:
+        have = ", ".join(format_size(b) for b in sorted({p["size_bytes"] for p in points}))
+        raise SystemExit(f"bench_fig9: no point of the grid has --gpus {args.gpus} and --sizes {args.sizes} "
+                         f"(the grid's sizes: {have})")
     print(f"fig9 grid: {len(points)} points; measuring {len(subset)} serially")
     measured: dict[tuple[str, int, int, str, int], tuple[float, int, int]] = {}
     simulate_point(dict(subset[0]))  # JIT warm-up, as a long-lived sweep worker has it

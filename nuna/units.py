@@ -44,9 +44,19 @@ def parse_size(text: str) -> int:
     return int(value)
 
 
+#: units :func:`format_size` may write, decimal first (the choice on a tie)
+_FORMAT_UNITS: tuple[tuple[str, int], ...] = (
+    ("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("kB", 10**3),
+    ("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10),
+)
+
+
 def format_size(size_bytes: int) -> str:
-    """Human form of a byte count with decimal units, exact where possible (``1000000 -> '1MB'``)."""
-    for unit, scale in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
-        if size_bytes >= scale and size_bytes % scale == 0:
-            return f"{size_bytes // scale}{unit}"
-    return f"{size_bytes}B"
+    """Human form of a byte count, exact: the decimal or binary unit that gives the smallest whole
+    number (``1000000 -> '1MB'``, ``1048576 -> '1MiB'``, ``102400 -> '100KiB'``), else bytes."""
+    best, best_n = f"{size_bytes}B", size_bytes
+    for unit, scale in _FORMAT_UNITS:
+        n, rest = divmod(size_bytes, scale)
+        if n and not rest and n < best_n:
+            best, best_n = f"{n}{unit}", n
+    return best

@@ -28,3 +28,19 @@ def test_parse_size_rejects(text: str) -> None:
 @given(st.integers(min_value=1, max_value=10**13))
 def test_format_parse_roundtrip(n: int) -> None:
     assert parse_size(format_size(n)) == n
+
+
+@pytest.mark.parametrize(
+    ("size", "text"),
+    [(100_000, "100kB"), (10**6, "1MB"), (10**12, "1TB"), (102_400, "100KiB"), (2**20, "1MiB"),
+     (10 * 2**20, "10MiB"), (2**30, "1GiB"), (1_024_000, "1000KiB"), (1000, "1kB"), (1024, "1KiB"),
+     (1536, "1536B"), (7, "7B")],
+)
+def test_format_size_picks_the_exact_unit_with_the_smallest_number(size: int, text: str) -> None:
+    # figures label the sizes they ran: binary sizes must not print as long byte counts
+    assert format_size(size) == text
+
+
+@given(st.integers(min_value=1, max_value=10**13))
+def test_format_size_is_never_longer_than_bytes(n: int) -> None:
+    assert len(format_size(n)) <= len(f"{n}B")
