@@ -8,7 +8,8 @@ Algorithm 1 in two phases, named as in the paper:
    and, per threadblock, takes the first CU in order of closeness to the domain's I/O ports
    whose remaining budget fits (:func:`domain_cu_classes`; among equally close CUs the least
    loaded, spread over routers: :class:`FirstFit`); per chunk, the nearest HBM stack of the
-   domain whose remaining budget fits. Remote chunks (the ones a send stores into a peer) are
+   domain whose remaining budget fits, and as many of the next nearest as the chunk's demand
+   needs (below). Remote chunks (the ones a send stores into a peer) are
    placed on the peer near the *same port ordinals*: the Clos is rail-optimised, so a store
    leaving through port ``k`` arrives on port ``k`` of the peer, and both ends of the transfer
    are near.
@@ -27,8 +28,15 @@ Budgets (``R_max`` of Algorithm 1, all from the topology):
   it saturates, with the paper's constant per-access memory latency (§5.1) as the delay. Every
   threadblock's access to a chunk charges the chunk's stack (Algorithm 1 line 18 charges per
   threadblock), with the chunk's size capped at the budget for the same reason as above; the
-  stack is chosen once, by the first access (a chunk has one stack), later accesses only
-  charge it.
+  stacks are chosen once, by the first access, later accesses only charge them.
+
+A chunk's demand is that of all its accesses (known from ``W`` before placement). When it is
+more than one stack's budget, "the nearest stack within its budget" does not exist: the chunk
+goes to the nearest ``k = ceil(accesses x demand / budget)`` stacks of the domain that fit (at
+most its pages and the domain's stacks), its pages dealt over them in turn, each charged its
+share. Without this a large chunk read by many threadblocks (a GPU's own slice in a direct
+allgather, read by one sender per peer) sat on one stack, whose bandwidth then bounded the
+collective (``docs/passes.md``, "One stack per chunk").
 
 When no candidate fits, the least-loaded candidate takes the item (lowest distance among
 equals) and the overflow is recorded: the paper's "oversubscription of each NAR domain" (§6.1).
@@ -45,6 +53,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
@@ -188,6 +197,24 @@ class FirstFit:
         load[(gpu, chosen)] = least + demand
         return chosen, False, least
 
+    def take_other(self, gpu: int, classes: Classes, demand: int,
+                   taken: tuple[int, ...]) -> tuple[int, bool, int]:
+        """:meth:`take` among the candidates not in ``taken`` (the further stacks of a chunk
+        spread over several): the first that fits, else the least loaded."""
+        rest = tuple(c for c in (tuple(r for r in cls if r not in taken) for cls in classes) if c)
+        load = self.load
+        for cls in rest:
+            fits = [r for r in cls if load.get((gpu, r), 0) + demand <= self.budget]
+            if fits:
+                best = min(fits, key=lambda r: load.get((gpu, r), 0))
+                have = load.get((gpu, best), 0)
+                load[(gpu, best)] = have + demand
+                return best, True, have
+        chosen = min((r for cls in rest for r in cls), key=lambda r: load.get((gpu, r), 0))
+        least = load.get((gpu, chosen), 0)
+        load[(gpu, chosen)] = least + demand
+        return chosen, False, least
+
     def charge(self, gpu: int, resource: int, amount: int) -> None:
         """Add ``amount`` to a resource without a placement decision (a further access)."""
         if amount:
@@ -276,8 +303,10 @@ def physical_placement(groups: Sequence[LogicalGroup], nar_max: int, spec: Topol
     tb_demand: list[tuple[int, int, int]] = []
     overflows: list[Overflow] = []
     group_domain: list[int] = []
-    stack_of: dict[ChunkKey, int] = {}
+    stack_of: dict[ChunkKey, tuple[int, ...]] = {}
     pending: dict[ChunkKey, int] = {}  # accesses to chunks of groups placed later
+    accesses = Counter(c for group in groups for m in group.members for c in m.access.chunks)
+    chunk_pages = -(-chunk_bytes // spec.chip.page_bytes)
     near_cu: dict[tuple[int, int], Classes] = {}  # (cu, domain) -> the domain's stacks by distance
     for i, group in enumerate(groups):
         nar = i % nar_max  # Fig 7 caption: the first group uses domain 0 (see the module doc)
@@ -296,9 +325,11 @@ def physical_placement(groups: Sequence[LogicalGroup], nar_max: int, spec: Topol
                 continue
             new = frozenset(member.new_chunks)
             for chunk in acc.chunks:
-                stack = stack_of.get(chunk)
-                if stack is not None:  # placed before: this access still loads its stack
-                    stacks.charge(chunk.gpu, stack, c_demand)
+                placed = stack_of.get(chunk)
+                if placed is not None:  # placed before: this access still loads its stacks
+                    share = -(-c_demand // len(placed))
+                    for stack in placed:
+                        stacks.charge(chunk.gpu, stack, share)
                     continue
                 if chunk not in new:  # another group's chunk, not placed yet: charge it then
                     pending[chunk] = pending.get(chunk, 0) + 1
@@ -311,12 +342,23 @@ def physical_placement(groups: Sequence[LogicalGroup], nar_max: int, spec: Topol
                     order_key = nar_max + cu * nar_max + nar
                 else:  # remote: near the same port ordinals on the peer
                     order, order_key = port_stacks, nar
-                stack, fitted, least = stacks.take(chunk.gpu, order, c_demand, order_key)
+                k = min(-(-accesses[chunk] * c_demand // stacks.budget), chunk_pages,
+                        sum(len(cls) for cls in order))
+                share = -(-c_demand // k)
+                stack, fitted, least = stacks.take(chunk.gpu, order, share, order_key)
                 if not fitted:
-                    overflows.append(Overflow("stack", chunk.gpu, stack, c_demand, nar, least))
-                stack_of[chunk] = stack
-                stacks.charge(chunk.gpu, stack, c_demand * pending.pop(chunk, 0))
-                chunk_out.append(ChunkPlacement(chunk.gpu, chunk.buffer, chunk.chunk, stack))
+                    overflows.append(Overflow("stack", chunk.gpu, stack, share, nar, least))
+                placed = (stack,)
+                for _ in range(k - 1):
+                    stack, fitted, least = stacks.take_other(chunk.gpu, order, share, placed)
+                    if not fitted:
+                        overflows.append(Overflow("stack", chunk.gpu, stack, share, nar, least))
+                    placed += (stack,)
+                stack_of[chunk] = placed
+                later = pending.pop(chunk, 0)
+                for stack in placed:
+                    stacks.charge(chunk.gpu, stack, share * later)
+                    chunk_out.append(ChunkPlacement(chunk.gpu, chunk.buffer, chunk.chunk, stack))
     return NapPlacement(
         domains=nar_max, groups=tuple(groups), group_domain=tuple(group_domain),
         threadblocks=tuple(tb_out), chunks=tuple(chunk_out), tb_domain=tuple(tb_domain),

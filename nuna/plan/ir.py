@@ -133,7 +133,10 @@ class ChunkPlacement:
 
     Pages are realised from these at simulation time (4 KiB pages; the first chunk that
     touches a page fixes its stack, in the order the placements are listed: first come,
-    first served, paper §4.2.2), so the annotation is valid for any collective size.
+    first served, paper §4.2.2), so the annotation is valid for any collective size. A chunk
+    listed with several stacks has its pages dealt over them in turn, in the order its
+    placements are listed (NAP spreads a chunk whose bandwidth demand is more than one stack's
+    budget); its first placement is where it stands in the first-come-first-served order.
     """
 
     gpu: int

@@ -508,7 +508,7 @@ def _check_placement(plan: Plan, f: _Findings) -> None:
         if tp.cu < 0:
             f.error(f"{at}placement: gpu {tp.gpu} tb {tp.tb} on compute unit {tp.cu} (must be >= 0)")
         seen_tbs.add((tp.gpu, tp.tb))
-    seen_chunks: set[tuple[int, Buffer, int]] = set()
+    seen_chunks: set[tuple[int, Buffer, int, int]] = set()
     for cp in pl.chunks:
         g = gpus.get(cp.gpu)
         if g is None:
@@ -522,10 +522,10 @@ def _check_placement(plan: Plan, f: _Findings) -> None:
         if cp.stack < 0:
             f.error(f"{at}placement: gpu {cp.gpu} {cp.buffer.name.lower()} chunk {cp.chunk} on stack "
                     f"{cp.stack} (must be >= 0)")
-        key = (cp.gpu, cp.buffer, cp.chunk)
-        if key in seen_chunks:
+        key = (cp.gpu, cp.buffer, cp.chunk, cp.stack)
+        if key in seen_chunks:  # several stacks deal a chunk's pages; one stack twice is a slip
             f.warn_grouped("chunk-twice", f"{at}placement: gpu {cp.gpu} {cp.buffer.name.lower()} chunk "
-                                          f"{cp.chunk} is placed twice (the first placement wins)")
+                                          f"{cp.chunk} is placed on stack {cp.stack} twice")
         seen_chunks.add(key)
     per_gpu = Counter(cp.gpu for cp in pl.chunks)
     for gid, n in sorted(per_gpu.items()):

@@ -13,7 +13,8 @@ open, and the UA pass materialises the same choices by calling it.
   ``k`` of a buffer is bytes ``[k*cb, (k+1)*cb)``.
 - Pages: virtual page ``j`` of a GPU is on stack ``baseline_stack(spec, j)`` unless a
   :class:`~nuna.plan.ir.ChunkPlacement` fixed it first (first come, first served, in listed
-  order). A plan routed with NAR granularity ``G`` > 1 has its buffers in that NAR segment,
+  order; a chunk placed on several stacks deals its pages over them in turn). A plan routed
+  with NAR granularity ``G`` > 1 has its buffers in that NAR segment,
   whose round-robin pages go to the domains in turn: ``nar_segment_stack(spec, j, G)``. Each
   stack hands out its page slots in virtual-page order, so the baseline layout (without NAR) is
   the topology's identity map (virtual address = physical address).
@@ -161,6 +162,9 @@ def memory_layout(plan: Plan, spec: TopologySpec, size_bytes: int, flat: FlatPla
     np.cumsum(gpu_pages, out=page_base[1:])
     total = int(page_base[-1])
     page_stack = np.full(total, -1, dtype=np.int64)
+    stacks_of: dict[tuple[int, Buffer, int], list[int]] = {}
+    for pl in plan.placement.chunks:
+        stacks_of.setdefault((pl.gpu, pl.buffer, pl.chunk), []).append(pl.stack)
     for pl in plan.placement.chunks:  # first come, first served, in listed order
         if pl.gpu not in chunks:
             raise SimulationError(f"chunk placement names gpu {pl.gpu}, which the plan does not have")
@@ -170,11 +174,14 @@ def memory_layout(plan: Plan, spec: TopologySpec, size_bytes: int, flat: FlatPla
         b = BUFFER_CODE[pl.buffer]
         if not 0 <= pl.chunk < chunks[pl.gpu][b]:
             continue  # a chunk this plan never touches at this size holds no page
+        dealt = stacks_of.pop((pl.gpu, pl.buffer, pl.chunk), None)
+        if dealt is None:
+            continue  # a later placement of a chunk dealt at its first one
         lo = int(page_base[pl.gpu] + buffer_page[pl.gpu, b]) * page + pl.chunk * cb
         first, last = lo // page, (lo + cb - 1) // page
         for p in range(first, last + 1):
             if page_stack[p] < 0:
-                page_stack[p] = pl.stack
+                page_stack[p] = dealt[(p - first) % len(dealt)]
     page_phys = np.zeros(total, dtype=np.int64)
     stacks = chip.hbm_stacks
     # the baseline policy is periodic in the page index: evaluate it once per residue

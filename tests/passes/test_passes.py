@@ -5,7 +5,7 @@ registry is consistent. (The shared corpus is in test_corpus.py.)"""
 from __future__ import annotations
 
 import dataclasses
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -16,8 +16,8 @@ from nuna.passes import CONFIGS, PASSES, NapPass, NarPass, PassContext, apply_co
 from nuna.passes.access import decompose
 from nuna.passes.nap import nap_placement
 from nuna.plan.generate import generate
-from nuna.plan.ir import Plan
-from nuna.plan.verify import verify
+from nuna.plan.ir import Buffer, Plan
+from nuna.plan.verify import chunk_bytes_for, verify
 from nuna.plan.xml import dump, loads
 from nuna.topology.address import nar_domain_stacks, nar_granularities
 from nuna.topology.spec import TopologySpec
@@ -126,14 +126,33 @@ def test_nap_respects_budgets(spec: TopologySpec, plan: Plan, kb: int, g: int, m
         assert 0 < demand <= r.cu_budget or demand == 0
         load[(gpu, cu_of[(gpu, tb)])] += demand
     assert tuple((a, b, v) for (a, b), v in sorted(load.items())) == r.cu_load
-    # every access of a threadblock to a placed chunk charges the chunk's stack
-    stack_of = {(c.gpu, c.buffer, c.chunk): c.stack for c in r.chunks}
+    # every access of a threadblock to a placed chunk charges each of the chunk's stacks its share
+    stacks_of: dict[tuple[int, Buffer, int], list[int]] = {}
+    for c in r.chunks:
+        stacks_of.setdefault((c.gpu, c.buffer, c.chunk), []).append(c.stack)
     stack_load: dict[tuple[int, int], int] = defaultdict(int)
+    accesses: Counter[tuple[int, Buffer, int]] = Counter()
     if memory:
         for w in decompose(plan):
             for c in w.chunks:
-                stack_load[(c.gpu, stack_of[(c.gpu, c.buffer, c.chunk)])] += r.chunk_demand_bytes
+                key = (c.gpu, c.buffer, c.chunk)
+                accesses[key] += 1
+                placed = stacks_of.get(key, [])
+                for stack in placed:
+                    stack_load[(c.gpu, stack)] += -(-r.chunk_demand_bytes // len(placed))
     assert tuple((a, b, v) for (a, b), v in sorted(stack_load.items())) == r.stack_load
+    # a chunk is spread over as many distinct stacks as its accesses' demand needs: one when it
+    # fits one stack's budget, never more than its pages or its domain's stacks
+    pages = -(-chunk_bytes_for(plan, size) // spec.chip.page_bytes)
+    domains = nar_domain_stacks(spec, g)
+    dom_of = {}
+    for grp, d in zip(r.groups, r.group_domain, strict=True):
+        for c in grp.chunks:
+            dom_of[(c.gpu, c.buffer, c.chunk)] = d
+    for key, stacks in stacks_of.items():
+        assert len(set(stacks)) == len(stacks)
+        need = -(-accesses[key] * r.chunk_demand_bytes // r.stack_budget)
+        assert len(stacks) == min(need, pages, len(domains[dom_of[key]]))
     # a CU budget is exceeded only where every CU was too full for the threadblock
     over_cu = {o.gpu for o in r.overflows if o.kind == "cu"}
     for (gpu, _cu), v in load.items():
@@ -148,20 +167,14 @@ def test_nap_respects_budgets(spec: TopologySpec, plan: Plan, kb: int, g: int, m
         budget = r.cu_budget if o.kind == "cu" else r.stack_budget
         assert o.least_load + o.demand > budget
     # every group's chunks are in its domain's stacks; NAP* places no memory
-    domains = nar_domain_stacks(spec, g)
     if not memory:
         assert r.chunks == ()
-    dom_of = {}
-    for grp, d in zip(r.groups, r.group_domain, strict=True):
-        for c in grp.chunks:
-            dom_of[(c.gpu, c.buffer, c.chunk)] = d
     for c in r.chunks:
         assert c.stack in domains[dom_of[(c.gpu, c.buffer, c.chunk)]]
-    # every accessed chunk is placed exactly once (memory on)
+    # every accessed chunk is placed (memory on), each on its stacks
     if memory:
         accessed = {(c.gpu, c.buffer, c.chunk) for w in decompose(plan) for c in w.chunks}
-        assert sorted((c.gpu, c.buffer.value, c.chunk) for c in r.chunks) == sorted(
-            (a, b.value, k) for a, b, k in accessed)
+        assert set(stacks_of) == accessed
 
 
 @pytest.mark.parametrize("config", sorted(c for c in CONFIGS if c.endswith("+NAR")))
@@ -174,3 +187,22 @@ def test_heuristic_placer_matches_the_pipeline(spec: TopologySpec, config: str) 
     place = _placer(plan, cfg, ctx)
     for g in nar_granularities(spec):
         assert place(g) == run_pipeline(plan, cfg.passes(g), ctx, check=False), g
+
+
+def test_nap_spreads_a_chunk_read_by_many_over_the_nearest_stacks(spec: TopologySpec) -> None:
+    # 8-GPU direct allgather, one threadblock per peer, 1 MiB: each GPU's own 128 KiB slice is
+    # read by its seven senders, 7 x 120 kB of demand, so seven stacks (docs/passes.md)
+    from nuna.topology.address import stacks_by_distance
+
+    plan = generate("allgather", 8, algo="direct", tbs_per_peer=1)
+    r = nap_placement(plan, spec, 1 << 20, 1)
+    key = (r.chunks[0].gpu, r.chunks[0].buffer, r.chunks[0].chunk)
+    stacks = [c.stack for c in r.chunks if (c.gpu, c.buffer, c.chunk) == key]
+    readers = [w for w in decompose(plan) if any((c.gpu, c.buffer, c.chunk) == key for c in w.chunks)]
+    assert len(readers) >= 7
+    assert len(stacks) == min(-(-len(readers) * r.chunk_demand_bytes // r.stack_budget), 16)
+    cu = next(t.cu for t in r.threadblocks if (t.gpu, t.tb) == (readers[0].gpu, readers[0].tb))
+    assert stacks == list(stacks_by_distance(spec, cu)[:len(stacks)])  # nearest first, all free
+    # a chunk that fits one stack's budget keeps one stack (8 KiB chunks at 16 per peer)
+    small = nap_placement(generate("allgather", 8, algo="direct", tbs_per_peer=16), spec, 1 << 20, 4)
+    assert len({(c.gpu, c.buffer, c.chunk) for c in small.chunks}) == len(small.chunks)

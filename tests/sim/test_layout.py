@@ -206,3 +206,18 @@ def test_build_jobs_is_independent_of_its_starting_capacity(sizes: list[int], pa
     assert np.array_equal(jb_a[:jobs_a], jb_b[:jobs_b])
     assert np.array_equal(jc_a[:jobs_a], jc_b[:jobs_b])
     assert int(jb_a[:jobs_a].sum()) == sum(sizes)
+
+
+def test_a_chunk_placed_on_several_stacks_deals_its_pages_over_them(spec) -> None:  # type: ignore[no-untyped-def]
+    plan = generate("allgather", 2, tbs_per_peer=1, chunks_per_peer=2)
+    size = 4 * 5 * 4096  # 5-page chunks
+    chunks = (ChunkPlacement(0, Buffer.OUTPUT, 1, 3), ChunkPlacement(0, Buffer.OUTPUT, 2, 6),
+              ChunkPlacement(0, Buffer.OUTPUT, 1, 11), ChunkPlacement(0, Buffer.OUTPUT, 1, 14))
+    plan = dataclasses.replace(plan, placement=Placement(chunks=chunks))
+    mem, _ = _layout(plan, spec, size)
+    base = int(mem.page_base[0] + mem.buffer_page[0, 1])
+    # chunk 1 (pages 5-9) in turn over its stacks in listed order; chunk 2 (pages 10-14) on one
+    assert mem.page_stack[base + 5:base + 10].tolist() == [3, 11, 14, 3, 11]
+    assert mem.page_stack[base + 10:base + 15].tolist() == [6] * 5
+    # the pages of other chunks keep the baseline round-robin
+    assert mem.page_stack[base:base + 5].tolist() == [baseline_stack(spec, base + j) for j in range(5)]
