@@ -118,8 +118,8 @@ def estimate(plan: Plan, spec: TopologySpec, size_bytes: int,
 
     cu_of = {(t.gpu, t.tb): t.cu for t in plan.placement.threadblocks}
     stack_of: dict[ChunkKey, int] = {}
-    for c in plan.placement.chunks:
-        stack_of.setdefault(ChunkKey(c.chunk, c.buffer, c.gpu), c.stack)
+    for c in plan.placement.chunks:  # a chunk NAP spread is modelled at its first (nearest)
+        stack_of.setdefault(ChunkKey(c.chunk, c.buffer, c.gpu), c.stack)  # stack: same domain
     gpu_index = {gp.id: i for i, gp in enumerate(plan.gpus)}
     # chunk counts by what the model needs, then one evaluation per distinct key
     by_cu_stack: dict[tuple[int, int], int] = {}
