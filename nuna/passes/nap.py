@@ -172,45 +172,41 @@ class FirstFit:
         """Choose a resource for ``demand`` among ``classes`` (named ``order_key``: the same key
         must always come with the same classes) and charge it; returns the resource, whether it
         fitted and, when it did not, the least load among the candidates before the charge."""
-        load = self.load
-        budget = self.budget
         key = (gpu, order_key)
         start = self._start.get(key, 0)
-        while start < len(classes) and all(load.get((gpu, r), 0) >= budget for r in classes[start]):
+        while start < len(classes) and all(self.load.get((gpu, r), 0) >= self.budget for r in classes[start]):
             start += 1
         self._start[key] = start
-        for cls in classes[start:]:
+        return self._fit(gpu, classes[start:], demand) or self._oversubscribe(gpu, classes, demand)
+
+    def take_other(self, gpu: int, classes: Classes, demand: int,
+                   taken: tuple[int, ...]) -> tuple[int, bool, int]:
+        """:meth:`take` among the candidates not in ``taken`` (the further stacks of a chunk
+        spread over several)."""
+        rest = tuple(c for c in (tuple(r for r in cls if r not in taken) for cls in classes) if c)
+        return self._fit(gpu, rest, demand) or self._oversubscribe(gpu, rest, demand)
+
+    def _fit(self, gpu: int, classes: Classes, demand: int) -> tuple[int, bool, int] | None:
+        """The least-loaded candidate that fits in the first class that has one, charged."""
+        load = self.load
+        for cls in classes:
             best = -1
-            best_load = budget + 1
+            best_load = self.budget + 1
             for r in cls:
                 have = load.get((gpu, r), 0)
-                if have + demand <= budget and have < best_load:
+                if have + demand <= self.budget and have < best_load:
                     best, best_load = r, have
                     if have == 0:
                         break  # a free candidate: nothing in the class is less loaded
             if best >= 0:
                 load[(gpu, best)] = best_load + demand
                 return best, True, best_load
-        # oversubscribe the least-loaded candidate; the earliest (nearest) among equals
-        chosen = min((r for cls in classes for r in cls), key=lambda r: load.get((gpu, r), 0))
-        least = load.get((gpu, chosen), 0)
-        load[(gpu, chosen)] = least + demand
-        return chosen, False, least
+        return None
 
-    def take_other(self, gpu: int, classes: Classes, demand: int,
-                   taken: tuple[int, ...]) -> tuple[int, bool, int]:
-        """:meth:`take` among the candidates not in ``taken`` (the further stacks of a chunk
-        spread over several): the first that fits, else the least loaded."""
-        rest = tuple(c for c in (tuple(r for r in cls if r not in taken) for cls in classes) if c)
+    def _oversubscribe(self, gpu: int, classes: Classes, demand: int) -> tuple[int, bool, int]:
+        """No candidate fits: the least-loaded one takes it, the earliest (nearest) among equals."""
         load = self.load
-        for cls in rest:
-            fits = [r for r in cls if load.get((gpu, r), 0) + demand <= self.budget]
-            if fits:
-                best = min(fits, key=lambda r: load.get((gpu, r), 0))
-                have = load.get((gpu, best), 0)
-                load[(gpu, best)] = have + demand
-                return best, True, have
-        chosen = min((r for cls in rest for r in cls), key=lambda r: load.get((gpu, r), 0))
+        chosen = min((r for cls in classes for r in cls), key=lambda r: load.get((gpu, r), 0))
         least = load.get((gpu, chosen), 0)
         load[(gpu, chosen)] = least + demand
         return chosen, False, least
