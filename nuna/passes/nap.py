@@ -36,7 +36,7 @@ goes to the nearest ``k = ceil(accesses x demand / budget)`` stacks of the domai
 most its pages and the domain's stacks), its pages dealt over them in turn, each charged its
 share. Without this a large chunk read by many threadblocks (a GPU's own slice in a direct
 allgather, read by one sender per peer) sat on one stack, whose bandwidth then bounded the
-collective (``docs/passes.md``, "One stack per chunk").
+collective (``docs/passes.md``, Budgets).
 
 When no candidate fits, the least-loaded candidate takes the item (lowest distance among
 equals) and the overflow is recorded: the paper's "oversubscription of each NAR domain" (§6.1).
