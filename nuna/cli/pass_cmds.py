@@ -72,8 +72,10 @@ def register(app: typer.Typer) -> None:
         write_atomic(output, dump(out))
         pl = out.placement
         g = "" if choice.granularity is None else f", NAR granularity {choice.granularity} ({choice.method})"
+        chunks = len({(c.gpu, c.buffer, c.chunk) for c in pl.chunks})
+        spread = "" if len(pl.chunks) == chunks else f" ({len(pl.chunks)} placements: some on several stacks)"
         typer.echo(f"wrote {output}: {cfg.name}{g}, size {format_size(size_bytes)}, "
-                   f"{len(pl.threadblocks)} threadblocks and {len(pl.chunks)} chunks placed")
+                   f"{len(pl.threadblocks)} threadblocks and {chunks} chunks placed{spread}")
 
     @app.command("diff")
     def diff_cmd(

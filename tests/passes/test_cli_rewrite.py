@@ -46,6 +46,21 @@ def test_rewrite_writes_the_config_placement(cli: Callable[..., CliResult], plan
     assert out.read_bytes() == out2.read_bytes()
 
 
+def test_rewrite_counts_chunks_and_their_extra_stacks(cli: Callable[..., CliResult], tmp_path: Path) -> None:
+    # 8 GPUs, one threadblock per peer, 1 MiB, one domain: each GPU's own slice is read by its
+    # seven senders and spread over seven stacks (docs/passes.md, Budgets)
+    plan_file = tmp_path / "ag8.xml"
+    plan_file.write_text(dump(generate("allgather", 8, algo="direct", tbs_per_peer=1)))
+    out = tmp_path / "out.xml"
+    r = cli("rewrite", plan_file, "-c", "NAP+NAR", "-g", "1", "-s", "1MiB", "-o", out)
+    assert r.code == 0, r.err
+    chunks = load(out).placement.chunks
+    distinct = {(c.gpu, c.buffer, c.chunk) for c in chunks}
+    assert len(distinct) == 64
+    assert len(chunks) == 64 + 8 * 6
+    assert f"{len(distinct)} chunks placed ({len(chunks)} placements" in r.out
+
+
 def test_rewrite_default_size_and_heuristic(cli: Callable[..., CliResult], plan_file: Path,
                                             tmp_path: Path) -> None:
     out = tmp_path / "out.xml"
