@@ -340,3 +340,15 @@ def test_size_fit_follows_the_executors_selection_rule(size: int, element: int, 
         assert ("pads" in note) is (fit.padding_bytes > 0)
     with pytest.raises(UsageError):
         size_fit(plan, size, 0)
+
+
+def test_a_chunk_on_several_stacks_is_valid_and_one_stack_twice_warns() -> None:
+    plan = load(FIG7)
+    spread = replace(plan, placement=Placement(chunks=(ChunkPlacement(0, Buffer.OUTPUT, 0, 3),
+                                                       ChunkPlacement(0, Buffer.OUTPUT, 0, 7))))
+    report = verify(spread)
+    assert report.ok
+    assert not any("twice" in w for w in report.warnings)
+    twice = replace(plan, placement=Placement(chunks=(ChunkPlacement(0, Buffer.OUTPUT, 0, 3),
+                                                      ChunkPlacement(0, Buffer.OUTPUT, 0, 3))))
+    assert any("output chunk 0 is placed on stack 3 twice" in w for w in verify(twice).warnings)
