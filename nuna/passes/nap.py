@@ -301,7 +301,9 @@ def physical_placement(groups: Sequence[LogicalGroup], nar_max: int, spec: Topol
     group_domain: list[int] = []
     stack_of: dict[ChunkKey, tuple[int, ...]] = {}
     pending: dict[ChunkKey, int] = {}  # accesses to chunks of groups placed later
-    accesses = Counter(c for group in groups for m in group.members for c in m.access.chunks)
+    # every access's demand, known before placement (NAP* places no memory and needs none)
+    accesses = Counter(c for group in groups for m in group.members for c in m.access.chunks
+                       if place_memory)
     chunk_pages = -(-chunk_bytes // spec.chip.page_bytes)
     near_cu: dict[tuple[int, int], Classes] = {}  # (cu, domain) -> the domain's stacks by distance
     for i, group in enumerate(groups):
