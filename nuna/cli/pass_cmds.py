@@ -106,16 +106,17 @@ def register(app: typer.Typer) -> None:
     def demo_cmd(
         output: Path = typer.Option(Path("nuna-demo"), "--output", "-o", help="Folder for the figures."),
         topology: str = typer.Option(DEFAULT_TOPOLOGY, "--topology", "-t", help=_TOPO_HELP),
-        tbs_per_peer: int = typer.Option(1, "--tbs-per-peer", "-k",
-                                         help="Threadblocks per peer of the direct allgather."),
+        tbs_per_peer: int | None = typer.Option(
+            None, "--tbs-per-peer", "-k", min=1,
+            help="Threadblocks per peer of the direct allgather (default: search 1, 4 and 16)."),
     ) -> None:
-        """The main job on defaults: 8-GPU direct allgather at 100 kB and 1 MB, UA vs NAP+NAR."""
-        from nuna.passes.report import format_comparison, run_demo
+        """The main job on defaults: 8-GPU direct allgather at 100 KiB and 1 MiB, UA vs NAP+NAR."""
+        from nuna.passes.report import format_search, run_demo
 
         spec = load_topology(topology)
         result = run_demo(spec, tbs_per_peer=tbs_per_peer)
-        for comparison in result.comparisons:
-            typer.echo(format_comparison(comparison))
+        for search in result.searches:
+            typer.echo(format_search(search))
             typer.echo("")
         output.mkdir(parents=True, exist_ok=True)
         for name, data in result.files:

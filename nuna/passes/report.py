@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
+from nuna.errors import UsageError
 from nuna.passes.base import PassContext
 from nuna.passes.configs import Granularity, apply_config, choose_granularity, get_config
 from nuna.passes.nap import finest_granularity
@@ -214,8 +215,70 @@ def format_comparison(c: Comparison) -> str:
 # --- the demo -------------------------------------------------------------------------------
 
 DEMO_GPUS = 8
-DEMO_SIZES_BYTES = (100_000, 1_000_000)
+# binary sizes, as the figures use (docs/results.md, Sizes): at every count searched the
+# executors would select the plan, and 1 MiB's chunks are whole pages
+DEMO_SIZES_BYTES = (100 * 1024, 1024 * 1024)
 DEMO_CONFIGS = ("UA", "NAP+NAR")
+# the paper compares each configuration at its best threadblock count (paper §5.1), as the
+# figures do (scripts/sweeps/fig9.toml): one count would compare a configuration where it loses
+DEMO_TBS_PER_PEER = (1, 4, 16)
+
+
+@dataclass(frozen=True, slots=True)
+class CountSearch:
+    """Every configuration at every threadblock count of one size, and the full comparison at
+    the count where the last configuration (the rewrite being shown) is fastest."""
+
+    label: str  # the collective and pod, e.g. "8-GPU direct allgather"
+    size_bytes: int
+    counts: tuple[int, ...]
+    configs: tuple[str, ...]
+    time_ns: tuple[tuple[float, ...], ...]  # [configuration][count]
+    shown_count: int
+    detail: Comparison
+
+    def best(self, config: int) -> tuple[int, float]:
+        """The fastest count of configuration ``config`` (the smallest on a tie) and its time."""
+        times = self.time_ns[config]
+        i = min(range(len(times)), key=lambda k: (times[k], k))
+        return self.counts[i], times[i]
+
+    def speedup(self, config: int) -> float:
+        """Best time of the first configuration over the best time of ``config``."""
+        return self.best(0)[1] / self.best(config)[1]
+
+
+def search_counts(collective: str, gpus: int, spec: TopologySpec, size_bytes: int,
+                  configs: Sequence[str], counts: Sequence[int], *, seed: int = 0) -> CountSearch:
+    """Compare ``configs`` on the direct plan at each threadblock count per peer."""
+    if not counts or not configs:
+        raise UsageError("a threadblock-count search needs at least one count and one configuration")
+    comparisons = [compare(generate(collective, gpus, tbs_per_peer=k), spec, size_bytes, configs,
+                           seed=seed) for k in counts]
+    times = tuple(tuple(c.rows[i].time_ns for c in comparisons) for i in range(len(configs)))
+    last = times[-1]
+    shown = min(range(len(counts)), key=lambda k: (last[k], k))
+    names = tuple(r.config for r in comparisons[0].rows)
+    return CountSearch(f"{gpus}-GPU direct {collective}", size_bytes, tuple(counts), names, times,
+                       counts[shown], comparisons[shown])
+
+
+def format_search(s: CountSearch) -> str:
+    """The search as a table (time per count, each configuration's best and its speedup over
+    the first's best), then the full comparison at the count shown."""
+    d = s.detail
+    table = [["time (us) by threadblocks per peer", *[str(k) for k in s.counts], "best", "speedup"]]
+    for i, name in enumerate(s.configs):
+        k, t = s.best(i)
+        table.append([name, *[f"{x / 1000:.3f}" for x in s.time_ns[i]], f"{t / 1000:.3f} ({k})",
+                      f"{s.speedup(i):.2f}x"])
+    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
+    lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(
+        zip(line, widths, strict=True))) for line in table]
+    head = [f"{s.label} on {d.topology}, {format_size(s.size_bytes)}: each configuration at its "
+            f"best threadblock count (paper §5.1)"]
+    return "\n".join(head + lines + ["", f"in detail at {s.shown_count} per peer, where "
+                                         f"{s.configs[-1]} is fastest:", format_comparison(d)])
 
 
 def latency_figure(c: Comparison) -> Figure:
@@ -247,24 +310,25 @@ def latency_figure(c: Comparison) -> Figure:
 
 @dataclass(frozen=True, slots=True)
 class DemoOutput:
-    """What ``nuna demo`` prints and writes: one comparison per size, and the files' bytes."""
+    """What ``nuna demo`` prints and writes: one count search per size, and the files' bytes."""
 
-    comparisons: tuple[Comparison, ...]
+    searches: tuple[CountSearch, ...]
     files: tuple[tuple[str, bytes], ...]
 
 
-def run_demo(spec: TopologySpec, *, tbs_per_peer: int = 1, seed: int = 0) -> DemoOutput:
-    """The main job on defaults: an 8-GPU direct allgather at 100 kB and 1 MB, UA vs NAP+NAR,
-    the latency histograms of each size and the chip with the NAR domains NAP+NAR used."""
-    plan = generate("allgather", DEMO_GPUS, tbs_per_peer=tbs_per_peer)
-    comparisons: list[Comparison] = []
+def run_demo(spec: TopologySpec, *, tbs_per_peer: int | None = None, seed: int = 0) -> DemoOutput:
+    """The main job on defaults: an 8-GPU direct allgather at 100 KiB and 1 MiB, UA vs NAP+NAR,
+    each at its best threadblock count per peer (or at ``tbs_per_peer``), the latency
+    histograms at the count shown in detail and the chip with the NAR domains NAP+NAR used."""
+    counts = DEMO_TBS_PER_PEER if tbs_per_peer is None else (tbs_per_peer,)
+    searches: list[CountSearch] = []
     files: list[tuple[str, bytes]] = []
     for size in DEMO_SIZES_BYTES:
-        c = compare(plan, spec, size, DEMO_CONFIGS, seed=seed)
-        comparisons.append(c)
-        files.append((f"latency-{format_size(size)}.png", figure_bytes(latency_figure(c), "png")))
-    granularities = sorted({r.nar_granularity for c in comparisons for r in c.rows
+        s = search_counts("allgather", DEMO_GPUS, spec, size, DEMO_CONFIGS, counts, seed=seed)
+        searches.append(s)
+        files.append((f"latency-{format_size(size)}.png", figure_bytes(latency_figure(s.detail), "png")))
+    granularities = sorted({r.nar_granularity for s in searches for r in s.detail.rows
                             if r.nar_granularity is not None and r.nar_granularity > 1})
     for g in granularities or [finest_granularity(spec)]:
         files.append((f"chip-nar{g}.png", figure_bytes(topology_figure(spec, nar=g), "png")))
-    return DemoOutput(tuple(comparisons), tuple(files))
+    return DemoOutput(tuple(searches), tuple(files))

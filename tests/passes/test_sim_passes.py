@@ -149,9 +149,11 @@ def test_cli_diff(cli: Callable[..., CliResult], tmp_path: Path) -> None:
 def test_cli_demo(cli: Callable[..., CliResult], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import nuna.passes.report as report
 
-    # the real demo (8 GPUs, 100 kB and 1 MB) is the README's job; here a small one, same code
+    # the real demo (8 GPUs, 100 KiB and 1 MiB, 1/4/16 per peer) is the README's job; here a
+    # small one, same code
     monkeypatch.setattr(report, "DEMO_GPUS", 3)
     monkeypatch.setattr(report, "DEMO_SIZES_BYTES", (12_000, 48_000))
+    monkeypatch.setattr(report, "DEMO_TBS_PER_PEER", (1, 2))
     out = tmp_path / "demo"
     r = cli("demo", "-o", out)
     assert r.code == 0, r.err
@@ -161,8 +163,41 @@ def test_cli_demo(cli: Callable[..., CliResult], tmp_path: Path, monkeypatch: py
     assert any(p.startswith("chip-nar") for p in pngs)
     for p in out.iterdir():
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert r.out.count("NAP+NAR") >= 2
+    assert r.out.count("best threadblock count") == 2
+    assert r.out.count("in detail at ") == 2
     again = tmp_path / "again"
     assert cli("demo", "-o", again).code == 0
     for p in out.iterdir():
         assert (again / p.name).read_bytes() == p.read_bytes()
+    one = cli("demo", "-o", tmp_path / "one", "--tbs-per-peer", "2")
+    assert one.code == 0, one.err
+    assert one.out.count("in detail at 2 per peer") == 2
+    assert cli("demo", "-o", tmp_path / "bad", "--tbs-per-peer", "0").code != 0
+
+
+def test_count_search_compares_each_configuration_at_its_fastest_count(spec: TopologySpec) -> None:
+    from nuna.passes.report import format_search, search_counts
+
+    configs = ("UA", "NAP+NAR")
+    s = search_counts("allgather", 3, spec, 24_000, configs, (1, 2))
+    assert s.configs == configs
+    assert s.counts == (1, 2)
+    for i, name in enumerate(configs):
+        # every entry is that configuration's own replay of the plan at that count
+        for k, t in zip(s.counts, s.time_ns[i], strict=True):
+            plan = generate("allgather", 3, tbs_per_peer=k)
+            ctx = PassContext(spec, 24_000)
+            g = choose_granularity(plan, name, ctx, None).granularity
+            assert simulate(apply_config(plan, name, ctx, g), spec, 24_000).time_ns == t
+        k, t = s.best(i)
+        assert t == min(s.time_ns[i])
+        assert s.time_ns[i][s.counts.index(k)] == t
+    assert s.speedup(0) == 1.0
+    assert s.speedup(1) == pytest.approx(min(s.time_ns[0]) / min(s.time_ns[1]))
+    # the detail is the comparison at the rewrite's fastest count
+    assert s.shown_count == s.best(1)[0]
+    assert [r.time_ns for r in s.detail.rows] == [s.time_ns[i][s.counts.index(s.shown_count)]
+                                                   for i in range(2)]
+    text = format_search(s)
+    assert f"in detail at {s.shown_count} per peer" in text
+    assert f"{s.speedup(1):.2f}x" in text
