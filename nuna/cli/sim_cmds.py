@@ -87,7 +87,6 @@ def simulate(
                                                help="With --config: NAR granularity G or auto."),
 ) -> None:
     """Replay a plan on a pod of multi-die GPUs and report the collective's time and bandwidth."""
-    from nuna.plan.verify import size_fit
     from nuna.plan.xml import load
     from nuna.sim.replay import simulate as run
     from nuna.sim.trace import chrome_trace
@@ -118,7 +117,7 @@ def simulate(
                f"remote stores: {lat.count} lines, latency mean {lat.mean_ns:.0f} p50 {lat.p50_ns:.0f} "
                f"p99 {lat.p99_ns:.0f} max {lat.max_ns:.0f} ns; busiest I/O port {busiest * 100:.0f}% busy; "
                f"{res.die_crossing_bytes} B across dies; {res.events} events in {res.wall_s:.2f} s")
-    note = size_fit(plan, size_bytes).note()
+    note = res.size_fit.note()
     if note is not None:
         typer.echo(f"# note: {note}")
     if json_file is not None:

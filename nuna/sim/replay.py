@@ -457,5 +457,5 @@ def _result(plan: Plan, spec: TopologySpec, size_bytes: int, psize: int, seed: i
         node_t_ready=R.n_t_ready.copy(), node_t_start=R.n_t_start.copy(), node_t_end=R.n_t_end.copy(),
         trace_time_ns=R.tr_time[:ntr].copy(),
         trace_port_bytes=np.ascontiguousarray(tr_bytes).astype(np.int64),
-        padding_bytes=fit.padding_bytes, msccl_selectable=fit.msccl_selectable,
+        size_fit=fit,
     )

@@ -14,6 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from nuna.plan.ir import Collective
+from nuna.plan.verify import SizeFit
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -137,10 +138,17 @@ class SimResult:
     node_t_end: F64 = field(repr=False)
     trace_time_ns: F64 = field(repr=False)
     trace_port_bytes: I64 = field(repr=False)  # [sample, gpu * ports + port, 0 egress / 1 ingress]
-    # chunks padded to split the size (nuna.plan.verify.size_fit); an executor would not select
-    # the plan at this size unless ``msccl_selectable``
-    padding_bytes: int = 0
-    msccl_selectable: bool = True
+    # how the size splits into the plan's chunks (padding, whether an executor would select
+    # the plan at this size): nuna.plan.verify.size_fit, as the replay used it
+    size_fit: SizeFit = field(repr=False)
+
+    @property
+    def padding_bytes(self) -> int:
+        return self.size_fit.padding_bytes
+
+    @property
+    def msccl_selectable(self) -> bool:
+        return self.size_fit.msccl_selectable
 
     @property
     def algbw_gbps(self) -> float:
