@@ -68,7 +68,7 @@ def test_rewrite_default_size_and_heuristic(cli: Callable[..., CliResult], plan_
     assert r.code == 0, r.err
     assert "heuristic" in r.out
     placed = load(out).placement
-    assert placed.size_bytes == 1_000_000
+    assert placed.size_bytes == 1024 * 1024
     assert placed.nar_granularity is not None
 
 
