@@ -205,11 +205,15 @@ def format_comparison(c: Comparison) -> str:
     head = [f"{c.plan} on {c.topology}, {format_size(c.size_bytes)}; changes relative to {c.rows[0].config}"]
     table = [["", *[r.config for r in c.rows]]] + [[label, *[_cell(r, key) for r in c.rows]]
                                                   for label, key in _ROWS]
-    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
-    lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(
-        zip(line, widths, strict=True))) for line in table]
     note = [f"note: {c.size_note}"] if c.size_note else []
-    return "\n".join(head + lines + note)
+    return "\n".join(head + _aligned(table) + note)
+
+
+def _aligned(table: list[list[str]]) -> list[str]:
+    """Rows of cells as text lines: the first column left-aligned, the others right-aligned."""
+    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
+    return ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(
+        zip(line, widths, strict=True))) for line in table]
 
 
 # --- the demo -------------------------------------------------------------------------------
@@ -272,11 +276,10 @@ def format_search(s: CountSearch) -> str:
         k, t = s.best(i)
         table.append([name, *[f"{x / 1000:.3f}" for x in s.time_ns[i]], f"{t / 1000:.3f} ({k})",
                       f"{s.speedup(i):.2f}x"])
-    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
-    lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(
-        zip(line, widths, strict=True))) for line in table]
-    head = [f"{s.label} on {d.topology}, {format_size(s.size_bytes)}: each configuration at its "
-            f"best threadblock count (paper §5.1)"]
+    lines = _aligned(table)
+    how = (f"{s.counts[0]} threadblocks per peer" if len(s.counts) == 1 else
+           "each configuration at its best threadblock count (paper §5.1)")
+    head = [f"{s.label} on {d.topology}, {format_size(s.size_bytes)}: {how}"]
     return "\n".join(head + lines + ["", f"in detail at {s.shown_count} per peer, where "
                                          f"{s.configs[-1]} is fastest:", format_comparison(d)])
 

@@ -172,6 +172,8 @@ def test_cli_demo(cli: Callable[..., CliResult], tmp_path: Path, monkeypatch: py
     one = cli("demo", "-o", tmp_path / "one", "--tbs-per-peer", "2")
     assert one.code == 0, one.err
     assert one.out.count("in detail at 2 per peer") == 2
+    assert one.out.count(": 2 threadblocks per peer") == 2
+    assert "best threadblock count" not in one.out
     assert cli("demo", "-o", tmp_path / "bad", "--tbs-per-peer", "0").code != 0
 
 
