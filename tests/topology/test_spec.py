@@ -3,6 +3,7 @@ clear line through the CLI."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Callable
@@ -14,7 +15,8 @@ from nuna.errors import TopologyError
 from nuna.topology import available_topologies, default_topology, load_topology, parse_topology
 from tests.conftest import REPO, CliResult
 
-SHIPPED = ("flat-switch", "mi210-like", "mi300x-like", "mi355x-like", "nuna-4die", "nuna-4die-nar-cu")
+SHIPPED = ("flat-switch", "mi210-like", "mi300x-like", "mi355x-like", "nuna-4die", "nuna-4die-nar-cu",
+           "nuna-4die-p256")
 GOOD = (REPO / "topologies" / "nuna-4die.toml").read_text()
 
 
@@ -226,3 +228,12 @@ def test_the_nar_cu_variant_is_nuna_4die_but_for_its_name_and_nar_port_choice() 
     assert (variant.chip, variant.scaleup, variant.router) == (base.chip, base.scaleup, base.router)
     # every other source note is nuna-4die's too, so an edit of one file shows up here
     assert dict(variant.sources) | {"nar.port_choice": ""} == dict(base.sources) | {"nar.port_choice": ""}
+
+
+def test_the_page_variant_is_nuna_4die_but_for_its_name_and_page_size() -> None:
+    base, variant = load_topology("nuna-4die"), load_topology("nuna-4die-p256")
+    assert variant.chip.page_bytes == 256
+    assert base.chip.page_bytes == 4096
+    assert dataclasses.replace(variant.chip, page_bytes=base.chip.page_bytes) == base.chip
+    assert (variant.scaleup, variant.router, variant.nar) == (base.scaleup, base.router, base.nar)
+    assert dict(variant.sources) | {"chip.page_bytes": ""} == dict(base.sources) | {"chip.page_bytes": ""}
