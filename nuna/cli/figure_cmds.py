@@ -11,6 +11,7 @@ import typer
 
 from nuna.cli.sweep_cmds import _ProgressBar
 from nuna.experiments.figures import FIGURES, run_figure
+from nuna.topology.spec import load_topology
 
 
 class ExecutorName(StrEnum):
@@ -31,6 +32,9 @@ def figure(
     spec_dir: Path | None = typer.Option(None, "--spec-dir",
                                          help="Folder of figN.toml sweep specs (default: scripts/sweeps)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+    topology: str | None = typer.Option(None, "--topology", "-t",
+                                        help="Run the figure's grid on this topology (name or .toml path) "
+                                             "instead of the spec's."),
     collectives: str | None = typer.Option(None, "--collectives", help="Only these (comma-separated)."),
     gpus: str | None = typer.Option(None, "--gpus", help="Only these pod sizes, e.g. 2,4,8."),
     sizes: str | None = typer.Option(None, "--sizes", help="Only these sizes, e.g. 10MB,100MB."),
@@ -39,8 +43,8 @@ def figure(
 ) -> None:
     """Render one of the paper's Figures 9-14 from its sweep (run or resumed as needed).
 
-    --collectives/--gpus/--sizes/--configs/--tbs-per-peer run a partial grid, named after the
-    change (out/figures/fig9-gpus2_4_8.png)."""
+    --collectives/--gpus/--sizes/--configs/--tbs-per-peer run a partial grid, and --topology the
+    grid on another machine, named after the change (out/figures/fig9-gpus2_4_8.png)."""
     if name not in FIGURES:
         raise typer.BadParameter(f"unknown figure {name!r} (choose from {', '.join(FIGURES)})",
                                  param_hint="NAME")
@@ -49,6 +53,10 @@ def figure(
         axes = {"collectives": collectives, "gpus": gpus, "sizes": sizes, "configs": configs,
                 "tbs_per_peer": tbs_per_peer}
         only = {axis: value.split(",") for axis, value in axes.items() if value is not None}
+        if topology is not None:
+            load_topology(topology)  # a bad name or file fails here, before any point runs
+            is_path = topology.endswith(".toml") or "/" in topology
+            only["topologies"] = [str(Path(topology).resolve()) if is_path else topology]
         result = run_figure(name, out, spec_dir=spec_dir, quick=quick, executor=executor.value, jobs=jobs,
                             progress=bar, only=only)
     finally:

@@ -334,15 +334,17 @@ def _grid_patches(
     return tuple(patches)
 
 
-#: grid axes a command line may restrict, by their spec-file key
-GRID_OVERRIDES = ("collectives", "gpus", "sizes", "configs", "tbs_per_peer")
+#: grid axes a command line may restrict (or, for ``topologies``, replace), by their spec-file key
+GRID_OVERRIDES = ("topologies", "collectives", "gpus", "sizes", "configs", "tbs_per_peer")
 
 
 def restrict_grid(spec: SweepSpec, overrides: Mapping[str, Sequence[str]]) -> SweepSpec:
     """``spec`` with some grid axes replaced by values as a command line gives them (``"8"``,
     ``"10MB"``, ``"NAP+NAR"``), validated as a spec file's values are. The result is named after
     the change (``fig9-gpus2_4_8-sizes10MB``), so its sweep folder and outputs stay apart from
-    the full grid's; the points, and so their result files, are the same as the full grid's.
+    the full grid's; the points, and so their result files, are the same as the full grid's,
+    except where ``topologies`` names other machines (the same grid on another topology: new
+    points).
 
     ``[[grid.also]]`` grids keep what the command line allows of the axes they replace (a table
     left with no value on an axis is dropped): ``--sizes 100kB`` on a spec that searches more
@@ -358,7 +360,10 @@ def restrict_grid(spec: SweepSpec, overrides: Mapping[str, Sequence[str]]) -> Sw
         raw = [v.strip() for v in overrides[axis]]
         # counts arrive as text; a value that is not a whole number is left for the check to name
         grid[axis] = [int(v) if axis in ("gpus", "tbs_per_peer") and v.isdigit() else v for v in raw]
-        tags.append(axis.replace("_", "") + "_".join(raw))
+        # a topology file is named by its stem (the folder it lives in does not name the machine)
+        names = [Path(v).stem if axis == "topologies" and (v.endswith(".toml") or "/" in v) else v
+                 for v in raw]
+        tags.append(axis.replace("_", "") + "_".join(names))
     name = "-".join([spec.name, *tags])
     # one path component, without dots (output files are named ``<name>.png``, ``<name>.json``)
     safe = "".join(ch if ch.isalnum() or ch in "+-_" else "_" for ch in name)

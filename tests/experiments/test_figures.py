@@ -339,6 +339,22 @@ def test_cli_figure_runs_a_partial_grid(figure_cli: Callable[..., Any], tmp_path
     assert "GPU count must be between 2" in bad.err
 
 
+def test_cli_figure_runs_its_grid_on_another_topology(figure_cli: Callable[..., Any], tmp_path: Path) -> None:
+    args = ("figure", "fig10", "--quick", "-o", tmp_path, "--jobs", "1", "-q")
+    assert figure_cli(*args).code == 0
+    res = figure_cli(*args, "--topology", "nuna-4die-p256")
+    assert res.code == 0, res.err
+    assert "0 reused" in res.out  # other points than nuna-4die's
+    stem = "fig10-topologiesnuna-4die-p256-quick"
+    index = json.loads((tmp_path / "sweeps" / stem / "index.json").read_text())
+    assert {p["point"]["topology"] for p in index["points"]} == {"nuna-4die-p256"}
+    assert (tmp_path / f"{stem}.png").stat().st_size > 0
+    bad = figure_cli(*args, "--topology", "no-such-chip")
+    assert bad.code == 1
+    assert bad.err.count("\n") == 1
+    assert "no-such-chip" in bad.err
+
+
 def test_cli_figure_rejects_unknown_names_and_bad_spec_dirs(figure_cli: Callable[..., Any],
                                                               tmp_path: Path) -> None:
     bad = figure_cli("figure", "fig99", "-o", tmp_path)

@@ -301,8 +301,26 @@ def test_restrict_grid_checks_values_as_a_spec_file_would(axis: str, values: lis
 def test_restrict_grid_rejects_other_axes() -> None:
     from nuna.errors import UsageError
 
-    with pytest.raises(UsageError, match="cannot override grid axis 'topologies'"):
-        restrict_grid(parse_sweep_spec(BASE), {"topologies": ["mi300x-like"]})
+    with pytest.raises(UsageError, match="cannot override grid axis 'nar_granularities'"):
+        restrict_grid(parse_sweep_spec(BASE), {"nar_granularities": ["4"]})
+
+
+def test_restrict_grid_moves_the_grid_to_another_topology() -> None:
+    full = load_sweep_spec(Path(__file__).resolve().parents[2] / "scripts" / "sweeps" / "fig9.toml")
+    moved = restrict_grid(full, {"topologies": ["nuna-4die-p256"], "sizes": ["100KiB"]})
+    assert moved.topologies == ("nuna-4die-p256",)
+    assert moved.name == "fig9-topologiesnuna-4die-p256-sizes100KiB"
+    # the same grid, point for point, on the other machine: new points, none shared
+    same = restrict_grid(full, {"sizes": ["100KiB"]})
+    ours = [p.as_dict() for p in expand(moved)]
+    theirs = [p.as_dict() for p in expand(same)]
+    assert [dict(p, topology="x") for p in ours] == [dict(p, topology="x") for p in theirs]
+    assert not {point_id(p, moved.point_function) for p in ours} & {
+        point_id(p, same.point_function) for p in theirs}
+    # a file is named by its stem
+    by_path = restrict_grid(full, {"topologies": ["/some/where/my-chip.toml"]})
+    assert by_path.name == "fig9-topologiesmy-chip"
+    assert by_path.topologies == ("/some/where/my-chip.toml",)
 
 
 # --- [[grid.also]]: a union of grids ------------------------------------------------------------
