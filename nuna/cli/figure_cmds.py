@@ -11,7 +11,7 @@ import typer
 
 from nuna.cli.sweep_cmds import _ProgressBar
 from nuna.experiments.figures import FIGURES, run_figure
-from nuna.topology.spec import load_topology
+from nuna.topology.spec import is_topology_path, load_topology
 
 
 class ExecutorName(StrEnum):
@@ -55,8 +55,7 @@ def figure(
         only = {axis: value.split(",") for axis, value in axes.items() if value is not None}
         if topology is not None:
             load_topology(topology)  # a bad name or file fails here, before any point runs
-            is_path = topology.endswith(".toml") or "/" in topology
-            only["topologies"] = [str(Path(topology).resolve()) if is_path else topology]
+            only["topologies"] = [str(Path(topology).resolve()) if is_topology_path(topology) else topology]
         result = run_figure(name, out, spec_dir=spec_dir, quick=quick, executor=executor.value, jobs=jobs,
                             progress=bar, only=only)
     finally:

@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 from nuna import __version__
 from nuna.errors import InputError, UsageError
+from nuna.topology.spec import is_topology_path
 from nuna.units import format_size, parse_size
 
 #: The point function used when a spec does not name one.
@@ -361,8 +362,7 @@ def restrict_grid(spec: SweepSpec, overrides: Mapping[str, Sequence[str]]) -> Sw
         # counts arrive as text; a value that is not a whole number is left for the check to name
         grid[axis] = [int(v) if axis in ("gpus", "tbs_per_peer") and v.isdigit() else v for v in raw]
         # a topology file is named by its stem (the folder it lives in does not name the machine)
-        names = [Path(v).stem if axis == "topologies" and (v.endswith(".toml") or "/" in v) else v
-                 for v in raw]
+        names = [Path(v).stem if axis == "topologies" and is_topology_path(v) else v for v in raw]
         tags.append(axis.replace("_", "") + "_".join(names))
     name = "-".join([spec.name, *tags])
     # one path component, without dots (output files are named ``<name>.png``, ``<name>.json``)
@@ -524,7 +524,7 @@ def _topology_resolver(base_dir: Path | None) -> Callable[[Any, str], str]:
     def resolve(value: Any, where: str) -> str:
         if not isinstance(value, str) or not value.strip():
             raise UsageError(f"expected a topology name or file path, got {_kind(value)} {value!r}")
-        if base_dir is not None and (value.endswith(".toml") or "/" in value):
+        if base_dir is not None and is_topology_path(value):
             return str((base_dir / value).resolve())
         return value
 

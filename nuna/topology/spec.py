@@ -268,7 +268,9 @@ def _source_checkout_dir() -> Path | None:
     return None
 
 
-def _looks_like_path(name_or_path: str) -> bool:
+def is_topology_path(name_or_path: str) -> bool:
+    """True when ``name_or_path`` names a file rather than a shipped topology (``load_topology``'s
+    rule: a path separator or a ``.toml`` suffix)."""
     return "/" in name_or_path or "\\" in name_or_path or name_or_path.endswith(".toml")
 
 
@@ -286,7 +288,7 @@ def available_topologies() -> tuple[str, ...]:
 
 def _resolve(name_or_path: str) -> tuple[str, bytes]:
     """Return (display path, file bytes) for a name or a path."""
-    if _looks_like_path(name_or_path):
+    if is_topology_path(name_or_path):
         path = Path(name_or_path)
         try:
             with path.open("rb") as handle:
