@@ -36,6 +36,7 @@ from nuna.errors import InputError, UsageError
 from nuna.experiments.spec import SweepSpec, canonical_json, restrict_grid
 from nuna.experiments.sweep import ProgressCallback, SweepSummary, load_results, load_sweep_spec, run_sweep
 from nuna.fsutil import write_atomic
+from nuna.topology.spec import DEFAULT_TOPOLOGY, is_topology_path
 from nuna.units import format_size
 
 if TYPE_CHECKING:  # matplotlib costs ~1 s to import: only the rendering functions load it
@@ -268,7 +269,9 @@ def _utilisation(result: Mapping[str, Any]) -> float:
 def figure_data(name: str, records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The numbers figure ``name`` shows, from sweep result records (``load_results``)."""
     _check_name(name)
-    data: dict[str, Any] = {"figure": name, "points": len(records)}
+    data: dict[str, Any] = {"figure": name, "points": len(records),
+                            "topologies": sorted({r["point"].get("topology") or DEFAULT_TOPOLOGY
+                                                  for r in records})}
     # points whose plan an executor would not run at their size (results before nuna recorded
     # it have no flag and are not counted); the key appears only when there are any
     unselectable = sum(1 for r in records if r["result"].get("msccl_selectable") is False)
@@ -519,6 +522,11 @@ def render(name: str, data: Mapping[str, Any]) -> Figure:
     draw, size = _RENDERERS[_check_name(name)]
     fig = Figure(figsize=size, layout="constrained")
     draw(fig, data)
+    machines = data.get("topologies", [])
+    if len(machines) == 1 and machines[0] != DEFAULT_TOPOLOGY and fig.get_suptitle():
+        # a figure of another machine says so (figures with a panel per topology title them)
+        shown = Path(machines[0]).stem if is_topology_path(machines[0]) else machines[0]
+        fig.suptitle(f"{fig.get_suptitle()}\non {shown}")
     return fig
 
 

@@ -349,6 +349,10 @@ def test_cli_figure_runs_its_grid_on_another_topology(figure_cli: Callable[..., 
     index = json.loads((tmp_path / "sweeps" / stem / "index.json").read_text())
     assert {p["point"]["topology"] for p in index["points"]} == {"nuna-4die-p256"}
     assert (tmp_path / f"{stem}.png").stat().st_size > 0
+    data = json.loads((tmp_path / f"{stem}.json").read_text())
+    assert data["topologies"] == ["nuna-4die-p256"]
+    assert "on nuna-4die-p256" in (tmp_path / f"{stem}.svg").read_text()
+    assert "on nuna-4die" not in (tmp_path / "fig10-quick.svg").read_text()
     bad = figure_cli(*args, "--topology", "no-such-chip")
     assert bad.code == 1
     assert bad.err.count("\n") == 1
