@@ -7,6 +7,7 @@ Each command group lives in its own module and registers itself on :data:`app` t
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -87,6 +88,16 @@ def run(argv: Sequence[str] | None = None) -> int:
     return int(result) if isinstance(result, int) else 0
 
 
+def _terminated(signum: int, _frame: object) -> None:
+    # A batch system stops a job with SIGTERM (then SIGKILL). Python's default would end the
+    # process at once, skipping every clean-up: a sweep's workers would go on computing points
+    # nobody collects. As SystemExit it unwinds like Ctrl-C does: the sweep stops its workers,
+    # writes its index and leaves the unfinished points pending.
+    print("nuna: terminated", file=sys.stderr)
+    raise SystemExit(128 + signum)
+
+
 def main() -> None:
     """Console-script entry point."""
+    signal.signal(signal.SIGTERM, _terminated)  # the process is ours: the CLI owns its signals
     sys.exit(run())

@@ -358,6 +358,58 @@ def test_interrupt_stops_points_in_flight_and_leaves_them_pending(
     assert not list((out / "failures").iterdir())  # an interrupt is not a failure of the point
 
 
+def _children(pid: int) -> list[int]:
+    """Processes whose parent is ``pid`` (from /proc: field 4 of ``stat`` is the parent)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the process ended while we looked
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def test_sigterm_stops_the_cli_sweep_and_its_workers(
+        fake_points: str, write_spec: Callable[..., Path], tmp_path: Path) -> None:
+    spec_path = write_spec()
+    out = tmp_path / "out"
+    started = tmp_path / "started"
+    started.mkdir()
+    # every point would take a minute: only stopping the workers lets the command end quickly
+    env = os.environ | {"NUNA_FAKE_DELAY_S": "60", "NUNA_FAKE_STARTED_DIR": str(started)}
+    driver = "import sys\nfrom nuna.cli import main\nsys.argv[0] = 'nuna'\nmain()\n"
+    log = tmp_path / "stderr.log"
+    with open(log, "wb") as stderr:
+        proc = subprocess.Popen([sys.executable, "-c", driver, "sweep", str(spec_path), "-o", str(out),
+                                 "--jobs", "2"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                                stderr=stderr, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(started.iterdir())) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert len(list(started.iterdir())) >= 2, "the workers never started a point"
+        workers = _children(proc.pid)
+        assert workers
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=20)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    err = log.read_text()
+    assert code == 128 + signal.SIGTERM, err
+    assert err.strip().endswith("nuna: terminated"), err
+    deadline = time.monotonic() + 10
+    while any(Path(f"/proc/{w}").exists() for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [w for w in workers if Path(f"/proc/{w}").exists()], "a worker outlived the command"
+    index = json.loads((out / "index.json").read_text())
+    assert index["counts"]["pending"] == index["counts"]["total"]
+    assert not list((out / "results").iterdir())
+
+
 def test_workers_share_the_cores_between_their_thread_pools(
         fake_points: str, write_spec: Callable[..., Path], tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
