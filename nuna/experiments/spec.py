@@ -190,14 +190,30 @@ def canonical_json(payload: Any) -> str:
     return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-def point_id(point: Mapping[str, Any], point_function: str, version: str = __version__) -> str:
-    """Identity of a point's result: a hash of its inputs, the point function and nuna's version.
+def point_id(point: Mapping[str, Any], point_function: str, version: str = __version__,
+             topology_sha256: str | None = None) -> str:
+    """Identity of a point's result: a hash of its inputs, the point function and nuna's version,
+    and, for a topology given as a file, the file's bytes (``topology_sha256``): a file can be
+    edited under the same path, a shipped topology changes only with nuna's version.
 
     Sixteen hex digits (64 bits) keep file names short; a collision within one sweep of even a
     million points has a probability below 10^-7.
     """
-    text = canonical_json({"nuna_version": version, "point": dict(point), "point_function": point_function})
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+    payload = {"nuna_version": version, "point": dict(point), "point_function": point_function}
+    if topology_sha256 is not None:  # absent otherwise, so shipped topologies keep their ids
+        payload["topology_sha256"] = topology_sha256
+    return hashlib.sha256(canonical_json(payload).encode("utf-8")).hexdigest()[:16]
+
+
+def topology_file_sha256(topology: str) -> str | None:
+    """SHA-256 of a topology file's bytes (``None`` for a shipped name; ``"missing"`` for a file
+    that cannot be read, whose points then fail with the loader's message)."""
+    if not is_topology_path(topology):
+        return None
+    try:
+        return hashlib.sha256(Path(topology).read_bytes()).hexdigest()
+    except OSError:
+        return "missing"
 
 
 def expand(spec: SweepSpec) -> tuple[Point, ...]:

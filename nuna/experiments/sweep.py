@@ -25,6 +25,7 @@ from nuna.experiments.spec import (
     expand,
     load_sweep_spec,
     point_id,
+    topology_file_sha256,
 )
 from nuna.experiments.store import load_results
 
@@ -103,7 +104,9 @@ ProgressCallback = Callable[[SweepProgress], None]
 
 def tasks_of(spec: SweepSpec) -> tuple[tuple[Task, Point], ...]:
     """The spec's points paired with their tasks (identity, point function, inputs)."""
-    return tuple((Task(point_id(p.as_dict(), spec.point_function), spec.point_function, p.as_dict()), p)
+    digests = {t: topology_file_sha256(t) for grid in spec.grids() for t in grid.topologies}
+    return tuple((Task(point_id(p.as_dict(), spec.point_function, topology_sha256=digests[p.topology]),
+                       spec.point_function, p.as_dict()), p)
                  for p in expand(spec))
 
 

@@ -91,6 +91,31 @@ def test_index_and_results_do_not_depend_on_parallelism(
     assert [_compared(r) for r in one] == [_compared(r) for r in two]
 
 
+def test_an_edited_topology_file_is_recomputed_a_shipped_name_keeps_its_ids(
+        fake_points: str, write_spec: Callable[..., Path], tmp_path: Path) -> None:
+    chip = tmp_path / "chip.toml"
+    chip.write_text((REPO / "topologies" / "nuna-4die.toml").read_text().replace(
+        'name = "nuna-4die"', 'name = "my-chip"'))
+    text = ('[sweep]\npoint_function = "sweep_fake_points:echo_point"\n[grid]\n'
+            'collectives = ["allgather"]\ngpus = [2, 4]\nsizes = ["1MB"]\nconfigs = ["UA"]\n'
+            'topologies = ["chip.toml", "nuna-4die"]\n')
+    spec = load_sweep_spec(write_spec(text))
+    out = tmp_path / "out"
+    assert run_sweep(spec, out, jobs=1).ran == 4
+    again = run_sweep(spec, out, jobs=1)
+    assert (again.ran, again.already_done) == (0, 4)
+    # the same path, other bytes: its points are new points; the shipped name's are not
+    chip.write_text(chip.read_text().replace("io_port_latency_ns = { value = 57.0",
+                                             "io_port_latency_ns = { value = 60.0"))
+    edited = run_sweep(spec, out, jobs=1)
+    assert (edited.ran, edited.already_done) == (2, 2)
+    ids = {r["point"]["topology"]: set() for r in load_results(out)}
+    for r in load_results(out):
+        ids[r["point"]["topology"]].add(r["id"])
+    shipped = {point_id(p.as_dict(), spec.point_function) for p in expand(spec) if p.topology == "nuna-4die"}
+    assert ids["nuna-4die"] == shipped
+
+
 def test_resume_recomputes_only_missing_and_damaged_points(
         fake_points: str, write_spec: Callable[..., Path], tmp_path: Path) -> None:
     spec = load_sweep_spec(write_spec())
