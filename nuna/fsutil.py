@@ -1,5 +1,5 @@
-"""Atomic output files: a reader never sees a half-written file and a failed write never
-clobbers the user's previous file."""
+"""Files: atomic output (a reader never sees a half-written file and a failed write never
+clobbers the user's previous file), and telling a file argument from a registered name."""
 
 from __future__ import annotations
 
@@ -36,3 +36,10 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def looks_like_path(text: str, suffix: str) -> bool:
+    """True when ``text`` names a file rather than a registered name (a shipped topology, say):
+    it holds a path separator or ends in ``suffix``. Here, not in the layers that own the names,
+    so that light code (the sweep driver) can apply the rule without importing them."""
+    return "/" in text or "\\" in text or text.endswith(suffix)

@@ -28,8 +28,17 @@ from typing import Any, TypeVar
 
 from nuna import __version__
 from nuna.errors import InputError, UsageError
-from nuna.topology.spec import is_topology_path
+from nuna.fsutil import looks_like_path
 from nuna.units import format_size, parse_size
+
+#: ``nuna.topology.spec.TOPOLOGY_FILE_SUFFIX`` (a test checks they agree): not imported, as the
+#: sweep driver does not load the topology layer (networkx and all)
+_TOPOLOGY_FILE_SUFFIX = ".toml"
+
+
+def _is_topology_path(topology: str) -> bool:
+    return looks_like_path(topology, _TOPOLOGY_FILE_SUFFIX)
+
 
 #: The point function used when a spec does not name one.
 DEFAULT_POINT_FUNCTION = "nuna.experiments.points:simulate_point"
@@ -208,7 +217,7 @@ def point_id(point: Mapping[str, Any], point_function: str, version: str = __ver
 def topology_file_sha256(topology: str) -> str | None:
     """SHA-256 of a topology file's bytes (``None`` for a shipped name; ``"missing"`` for a file
     that cannot be read, whose points then fail with the loader's message)."""
-    if not is_topology_path(topology):
+    if not _is_topology_path(topology):
         return None
     try:
         return hashlib.sha256(Path(topology).read_bytes()).hexdigest()
@@ -378,7 +387,7 @@ def restrict_grid(spec: SweepSpec, overrides: Mapping[str, Sequence[str]]) -> Sw
         # counts arrive as text; a value that is not a whole number is left for the check to name
         grid[axis] = [int(v) if axis in ("gpus", "tbs_per_peer") and v.isdigit() else v for v in raw]
         # a topology file is named by its stem (the folder it lives in does not name the machine)
-        names = [Path(v).stem if axis == "topologies" and is_topology_path(v) else v for v in raw]
+        names = [Path(v).stem if axis == "topologies" and _is_topology_path(v) else v for v in raw]
         tags.append(axis.replace("_", "") + "_".join(names))
     name = "-".join([spec.name, *tags])
     # one path component, without dots (output files are named ``<name>.png``, ``<name>.json``)
@@ -540,7 +549,7 @@ def _topology_resolver(base_dir: Path | None) -> Callable[[Any, str], str]:
     def resolve(value: Any, where: str) -> str:
         if not isinstance(value, str) or not value.strip():
             raise UsageError(f"expected a topology name or file path, got {_kind(value)} {value!r}")
-        if base_dir is not None and is_topology_path(value):
+        if base_dir is not None and _is_topology_path(value):
             return str((base_dir / value).resolve())
         return value
 

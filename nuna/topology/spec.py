@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from nuna.errors import TopologyError
+from nuna.fsutil import looks_like_path
 
 DEFAULT_TOPOLOGY = "nuna-4die"
 FORMAT_VERSION = 1
@@ -268,10 +269,14 @@ def _source_checkout_dir() -> Path | None:
     return None
 
 
+#: Suffix of topology files; a name with it (or with a path separator) is read as a file.
+TOPOLOGY_FILE_SUFFIX = ".toml"
+
+
 def is_topology_path(name_or_path: str) -> bool:
     """True when ``name_or_path`` names a file rather than a shipped topology (``load_topology``'s
     rule: a path separator or a ``.toml`` suffix)."""
-    return "/" in name_or_path or "\\" in name_or_path or name_or_path.endswith(".toml")
+    return looks_like_path(name_or_path, TOPOLOGY_FILE_SUFFIX)
 
 
 def available_topologies() -> tuple[str, ...]:

@@ -402,3 +402,14 @@ def test_restrict_grid_keeps_what_the_command_line_allows_of_an_also_grid(
     # every point of a restriction is a point of the full spec: result files are shared
     assert set(expand(small)) <= set(expand(spec))
     assert set(expand(only_k1)) <= set(expand(spec))
+
+
+def test_a_spec_tells_topology_files_from_names_as_the_loader_does() -> None:
+    from nuna.experiments import spec as sweep_spec
+    from nuna.topology.spec import TOPOLOGY_FILE_SUFFIX, is_topology_path
+
+    assert sweep_spec._TOPOLOGY_FILE_SUFFIX == TOPOLOGY_FILE_SUFFIX
+    for text in ("nuna-4die", "chip.toml", "chips/a", "chips\\a", "chip.TOML", "toml"):
+        assert sweep_spec._is_topology_path(text) == is_topology_path(text), text
+    assert is_topology_path("chip.toml")
+    assert not is_topology_path("nuna-4die")
