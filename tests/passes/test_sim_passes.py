@@ -203,3 +203,22 @@ def test_count_search_compares_each_configuration_at_its_fastest_count(spec: Top
     text = format_search(s)
     assert f"in detail at {s.shown_count} per peer" in text
     assert f"{s.speedup(1):.2f}x" in text
+
+
+def test_line_sized_pages_put_nap_chunks_where_nap_chose(spec: TopologySpec) -> None:
+    # the page-size ablation (topologies/nuna-4die-p256.toml): at 100 KiB an 8-GPU allgather's
+    # slices are not whole 4 KiB pages, so first-come-first-served pages put part of each group's
+    # data in another domain; with 256-byte pages only the lines chunks share do
+    size = 100 * 1024
+    plan = generate("allgather", 8, tbs_per_peer=4)
+    hops = {}
+    for topo in (spec, load_topology("nuna-4die-p256")):
+        ctx = PassContext(topo, size)
+        g = choose_granularity(plan, "NAP+NAR", ctx, None).granularity
+        placed = apply_config(plan, "NAP+NAR", ctx, g)
+        result = simulate(placed, topo, size)
+        assert result.landed_bytes.sum() == result.sent_bytes.sum()
+        hops[topo.name] = (result.noc_hops["load_mean"], result.noc_hops["remote_store_mean"])
+    (load4k, store4k), (load256, store256) = hops["nuna-4die"], hops["nuna-4die-p256"]
+    assert load256 < 0.5 * load4k
+    assert store256 < 0.5 * store4k
