@@ -15,6 +15,7 @@ import importlib
 import json
 import multiprocessing
 import os
+import sys
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
@@ -153,8 +154,8 @@ def _run_local(tasks: Sequence[Task], jobs: int) -> Iterator[Outcome]:
     in_flight: set[Future[Outcome]] = set()
     threads = max(1, default_jobs() // workers)
     children_before = set(multiprocessing.active_children())
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_limit_threads,
-                               initargs=(threads,))
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_start_worker,
+                               initargs=(threads, os.getpid()))
     finished = False
     try:
         def refill() -> None:
@@ -199,11 +200,32 @@ def _run_local(tasks: Sequence[Task], jobs: int) -> Iterator[Outcome]:
                     process.join()
 
 
-def _limit_threads(threads: int) -> None:
+def _start_worker(threads: int, driver: int) -> None:
     """Worker start-up: share the cores between workers, so that numba or BLAS thread pools in
-    every worker do not each claim all of them. A value the user set is kept."""
+    every worker do not each claim all of them (a value the user set is kept), and die with the
+    driver."""
     for name in _THREAD_VARIABLES:
         os.environ.setdefault(name, str(threads))
+    _die_with(driver)
+
+
+def _die_with(driver: int) -> None:
+    """Have the kernel kill this worker when the driver dies, however it dies (SIGKILL, the
+    out-of-memory killer): a point can run for minutes inside compiled code, where no Python-level
+    check would run, and its result would go to nobody. Linux only (prctl); elsewhere a killed
+    driver's workers finish their current point and exit."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # no prctl here: keep the portable behaviour
+        return
+    if os.getppid() != driver:  # the driver died before the request took effect
+        os._exit(1)
 
 
 def _run_dask(tasks: Sequence[Task], jobs: int | None, scheduler: str | None) -> Iterator[Outcome]:

@@ -7,6 +7,7 @@ directly to check that the runner records exactly what the point function return
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -433,6 +434,40 @@ def test_sigterm_stops_the_cli_sweep_and_its_workers(
     index = json.loads((out / "index.json").read_text())
     assert index["counts"]["pending"] == index["counts"]["total"]
     assert not list((out / "results").iterdir())
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers die with the driver on Linux only")
+def test_workers_die_with_a_killed_driver(
+        fake_points: str, write_spec: Callable[..., Path], tmp_path: Path) -> None:
+    spec_path = write_spec()
+    started = tmp_path / "started"
+    started.mkdir()
+    env = os.environ | {"NUNA_FAKE_DELAY_S": "60", "NUNA_FAKE_STARTED_DIR": str(started)}
+    driver = ("import sys\nfrom nuna.experiments.sweep import load_sweep_spec, run_sweep\n"
+              "run_sweep(load_sweep_spec(sys.argv[1]), sys.argv[2], jobs=2)\n")
+    proc = subprocess.Popen([sys.executable, "-c", driver, str(spec_path), str(tmp_path / "out")], cwd=REPO,
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    workers: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(started.iterdir())) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert len(list(started.iterdir())) >= 2, "the workers never started a point"
+        workers = [int(f.name) for f in started.iterdir()]
+        proc.kill()  # the driver alone, as the out-of-memory killer would
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while any(Path(f"/proc/{w}").exists() for w in workers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [w for w in workers if Path(f"/proc/{w}").exists()], "a worker outlived its driver"
+    finally:
+        for w in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(w, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def test_workers_share_the_cores_between_their_thread_pools(
