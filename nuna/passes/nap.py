@@ -302,8 +302,8 @@ def physical_placement(groups: Sequence[LogicalGroup], nar_max: int, spec: Topol
     stack_of: dict[ChunkKey, tuple[int, ...]] = {}
     pending: dict[ChunkKey, int] = {}  # accesses to chunks of groups placed later
     # every access's demand, known before placement (NAP* places no memory and needs none)
-    accesses = Counter(c for group in groups for m in group.members for c in m.access.chunks
-                       if place_memory)
+    accesses = Counter(c for group in groups for m in group.members for c in m.access.chunks) \
+        if place_memory else Counter()
     chunk_pages = -(-chunk_bytes // spec.chip.page_bytes)
     near_cu: dict[tuple[int, int], Classes] = {}  # (cu, domain) -> the domain's stacks by distance
     for i, group in enumerate(groups):

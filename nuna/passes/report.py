@@ -236,10 +236,14 @@ class CountSearch:
     label: str  # the collective and pod, e.g. "8-GPU direct allgather"
     size_bytes: int
     counts: tuple[int, ...]
-    configs: tuple[str, ...]
     time_ns: tuple[tuple[float, ...], ...]  # [configuration][count]
     shown_count: int
     detail: Comparison
+
+    @property
+    def configs(self) -> tuple[str, ...]:
+        """The configurations compared, in the order of ``time_ns`` (the detail's rows)."""
+        return tuple(r.config for r in self.detail.rows)
 
     def best(self, config: int) -> tuple[int, float]:
         """The fastest count of configuration ``config`` (the smallest on a tie) and its time."""
@@ -262,9 +266,8 @@ def search_counts(collective: str, gpus: int, spec: TopologySpec, size_bytes: in
     times = tuple(tuple(c.rows[i].time_ns for c in comparisons) for i in range(len(configs)))
     last = times[-1]
     shown = min(range(len(counts)), key=lambda k: (last[k], k))
-    names = tuple(r.config for r in comparisons[0].rows)
-    return CountSearch(f"{gpus}-GPU direct {collective}", size_bytes, tuple(counts), names, times,
-                       counts[shown], comparisons[shown])
+    return CountSearch(f"{gpus}-GPU direct {collective}", size_bytes, tuple(counts), times, counts[shown],
+                       comparisons[shown])
 
 
 def format_search(s: CountSearch) -> str:

@@ -348,6 +348,23 @@ def test_sigkill_mid_sweep_then_rerun_loses_nothing(
     assert len(killed_records) == total
 
 
+def _wait_until_both_workers_run_a_point(started: Path) -> None:
+    """Wait until the two workers have each started a point (``NUNA_FAKE_STARTED_DIR``): a
+    signal while a worker is still being spawned is a different case (see the executor)."""
+    deadline = time.monotonic() + 60
+    while len(list(started.iterdir())) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert len(list(started.iterdir())) >= 2, "the workers never started a point"
+
+
+def _still_running(pids: list[int], wait_s: float = 10.0) -> list[int]:
+    """The processes of ``pids`` still alive after waiting up to ``wait_s`` for them to end."""
+    deadline = time.monotonic() + wait_s
+    while any(Path(f"/proc/{p}").exists() for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return [p for p in pids if Path(f"/proc/{p}").exists()]
+
+
 def test_interrupt_stops_points_in_flight_and_leaves_them_pending(
         fake_points: str, write_spec: Callable[..., Path], tmp_path: Path) -> None:
     spec_path = write_spec()
@@ -367,10 +384,7 @@ def test_interrupt_stops_points_in_flight_and_leaves_them_pending(
     try:
         # interrupt once both workers are running points (an interrupt while a worker is still
         # being spawned is a different case: see the executor's note on it)
-        deadline = time.monotonic() + 60
-        while len(list(started.iterdir())) < 2 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert len(list(started.iterdir())) >= 2, "the workers never started a point"
+        _wait_until_both_workers_run_a_point(started)
         proc.send_signal(signal.SIGINT)
         code = proc.wait(timeout=20)
     finally:
@@ -412,10 +426,7 @@ def test_sigterm_stops_the_cli_sweep_and_its_workers(
                                  "--jobs", "2"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
                                 stderr=stderr, start_new_session=True)
     try:
-        deadline = time.monotonic() + 60
-        while len(list(started.iterdir())) < 2 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert len(list(started.iterdir())) >= 2, "the workers never started a point"
+        _wait_until_both_workers_run_a_point(started)
         workers = _children(proc.pid)
         assert workers
         proc.send_signal(signal.SIGTERM)
@@ -427,10 +438,7 @@ def test_sigterm_stops_the_cli_sweep_and_its_workers(
     err = log.read_text()
     assert code == 128 + signal.SIGTERM, err
     assert err.strip().endswith("nuna: terminated"), err
-    deadline = time.monotonic() + 10
-    while any(Path(f"/proc/{w}").exists() for w in workers) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not [w for w in workers if Path(f"/proc/{w}").exists()], "a worker outlived the command"
+    assert not _still_running(workers), "a worker outlived the command"
     index = json.loads((out / "index.json").read_text())
     assert index["counts"]["pending"] == index["counts"]["total"]
     assert not list((out / "results").iterdir())
@@ -450,17 +458,11 @@ def test_workers_die_with_a_killed_driver(
                             start_new_session=True)
     workers: list[int] = []
     try:
-        deadline = time.monotonic() + 60
-        while len(list(started.iterdir())) < 2 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert len(list(started.iterdir())) >= 2, "the workers never started a point"
+        _wait_until_both_workers_run_a_point(started)
         workers = [int(f.name) for f in started.iterdir()]
         proc.kill()  # the driver alone, as the out-of-memory killer would
         proc.wait(timeout=10)
-        deadline = time.monotonic() + 10
-        while any(Path(f"/proc/{w}").exists() for w in workers) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not [w for w in workers if Path(f"/proc/{w}").exists()], "a worker outlived its driver"
+        assert not _still_running(workers), "a worker outlived its driver"
     finally:
         for w in workers:
             with contextlib.suppress(ProcessLookupError):
