@@ -20,7 +20,8 @@ or use heuristic thresholds"):
   the sender, port -> HBM stack on the receiver, from the topology's path tables; a port is
   any port of the destination stack's domain with equal probability, or of the issuing CU's
   domain when the topology picks NAR ports by CU; a chunk the simulator will place round-robin
-  is on any stack, a threadblock it will place on any CU, with equal probability). ``B(G)`` is
+  is on any stack, a threadblock it will place on any CU, with equal probability, and a chunk
+  placed on several stacks on each of them in equal parts, as its pages are). ``B(G)`` is
   the largest number of bytes any single I/O port (either direction) must carry, with the same
   probabilities, and ``bw`` the port bandwidth. NAR shortens ``L`` and can concentrate ``B``;
   both terms are affine in the collective size, so for a given plan and topology the choice
@@ -117,27 +118,28 @@ def estimate(plan: Plan, spec: TopologySpec, size_bytes: int,
         stack_lat = np.hstack([port_stack, port_stack.mean(axis=1, keepdims=True)])  # (P, S + 1)
 
     cu_of = {(t.gpu, t.tb): t.cu for t in plan.placement.threadblocks}
-    stack_of: dict[ChunkKey, int] = {}
-    for c in plan.placement.chunks:  # a chunk NAP spread is modelled at its first (nearest)
-        stack_of.setdefault(ChunkKey(c.chunk, c.buffer, c.gpu), c.stack)  # stack: same domain
+    stacks_of: dict[ChunkKey, list[int]] = {}  # a chunk NAP spread has its pages on each
+    for c in plan.placement.chunks:
+        stacks_of.setdefault(ChunkKey(c.chunk, c.buffer, c.gpu), []).append(c.stack)
     gpu_index = {gp.id: i for i, gp in enumerate(plan.gpus)}
     # chunk counts by what the model needs, then one evaluation per distinct key
-    by_cu_stack: dict[tuple[int, int], int] = {}
-    by_src: dict[tuple[int, int], int] = {}  # (GPU, stack or CU: what picks the port)
-    by_dst: dict[tuple[int, int], int] = {}
+    by_cu_stack: dict[tuple[int, int], float] = {}
+    by_src: dict[tuple[int, int], float] = {}  # (GPU, stack or CU: what picks the port)
+    by_dst: dict[tuple[int, int], float] = {}
     for store in (remote_stores(plan) if stores is None else stores):
         cu = cu_of.get((store.gpu, store.tb), C)
         cu = cu if 0 <= cu < C else C
         src, dst = gpu_index[store.gpu], gpu_index[store.peer]
         for k in range(store.chunks):
-            st = S
-            if store.target is not None:
-                found = stack_of.get(store.target._replace(chunk=store.target.chunk + k))
-                st = found if found is not None and 0 <= found < S else S
-            pick = cu if by_cu else st
-            by_cu_stack[(cu, st)] = by_cu_stack.get((cu, st), 0) + 1
-            by_src[(src, pick)] = by_src.get((src, pick), 0) + 1
-            by_dst[(dst, pick)] = by_dst.get((dst, pick), 0) + 1
+            found = None if store.target is None else \
+                stacks_of.get(store.target._replace(chunk=store.target.chunk + k))
+            targets = [st if 0 <= st < S else S for st in found] if found else [S]
+            share = 1.0 / len(targets)  # a spread chunk's pages are dealt evenly over its stacks
+            for st in targets:
+                pick = cu if by_cu else st
+                by_cu_stack[(cu, st)] = by_cu_stack.get((cu, st), 0.0) + share
+                by_src[(src, pick)] = by_src.get((src, pick), 0.0) + share
+                by_dst[(dst, pick)] = by_dst.get((dst, pick), 0.0) + share
     total = sum(by_cu_stack.values())
     latency = 0.0
     for (cu, st), n in by_cu_stack.items():

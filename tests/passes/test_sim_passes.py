@@ -11,12 +11,14 @@ from pathlib import Path
 import pytest
 
 from nuna.passes import PassContext, apply_config, choose_granularity
+from nuna.passes.access import remote_stores
 from nuna.passes.nar import estimate
 from nuna.passes.report import compare, format_comparison
 from nuna.plan.generate import generate
+from nuna.plan.ir import ChunkPlacement, Plan
 from nuna.plan.xml import dump, load
 from nuna.sim.replay import simulate
-from nuna.topology.address import cu_nar_domains, nar_domain_ports, nar_granularities
+from nuna.topology.address import cu_nar_domains, nar_domain_ports, nar_domain_stacks, nar_granularities
 from nuna.topology.spec import TopologySpec, load_topology
 from tests.conftest import PLANS_MSCCL, CliResult
 
@@ -222,3 +224,29 @@ def test_line_sized_pages_put_nap_chunks_where_nap_chose(spec: TopologySpec) -> 
     (load4k, store4k), (load256, store256) = hops["nuna-4die"], hops["nuna-4die-p256"]
     assert load256 < 0.5 * load4k
     assert store256 < 0.5 * store4k
+
+
+def test_the_estimate_models_a_spread_chunk_on_all_its_stacks(spec: TopologySpec) -> None:
+    # a chunk listed on several stacks has its pages dealt evenly over them (nuna.sim.layout),
+    # so the heuristic's model of it is the mean of the model with it on each stack alone
+    import dataclasses
+
+    size = 24_000
+    plan = generate("allgather", 3, tbs_per_peer=1)
+    ctx = PassContext(spec, size)
+    placed = apply_config(plan, "UA+NAR", ctx, 2)
+    target = next(s.target for s in remote_stores(placed) if s.target is not None)
+    gpu, buf, chunk = target.gpu, target.buffer, target.chunk
+    others = tuple(c for c in placed.placement.chunks if (c.gpu, c.buffer, c.chunk) != (gpu, buf, chunk))
+
+    def with_stacks(*stacks: int) -> Plan:
+        mine = tuple(ChunkPlacement(gpu, buf, chunk, s) for s in stacks)
+        return dataclasses.replace(placed, placement=dataclasses.replace(placed.placement,
+                                                                         chunks=mine + others))
+
+    far, near = (stacks[0] for stacks in nar_domain_stacks(spec, 2))  # one stack of each domain
+    one, two, both = (estimate(with_stacks(*s), spec, size) for s in ((far,), (near,), (far, near)))
+    assert one.latency_ns != two.latency_ns
+    assert both.latency_ns == pytest.approx((one.latency_ns + two.latency_ns) / 2, rel=1e-12)
+    # the two stacks' domains share its port bytes
+    assert both.max_port_bytes <= max(one.max_port_bytes, two.max_port_bytes)
