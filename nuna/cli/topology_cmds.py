@@ -76,6 +76,7 @@ def show(
         payload["description"] = spec.description
         payload["router"] = dataclasses.asdict(spec.router)
         payload["nar"] = dataclasses.asdict(spec.nar)
+        payload["protocol"] = dataclasses.asdict(spec.protocol)
         payload["calibration"] = [
             {
                 "key": r.key,
@@ -108,6 +109,9 @@ def show(
     choice = {"address": "the domain owning the destination address",
               "cu": "the domain nearest the storing CU"}[spec.nar.port_choice]
     typer.echo(f"  NAR: a store hashes over the ports of {choice}")
+    done = {"landing": "when it is written in the destination stack",
+            "response": "when the stack's write response is back at the CU"}[spec.protocol.store_completion]
+    typer.echo(f"  stores: complete, and free their CU's request slots, {done}")
     typer.echo("uncontended latency (uniform over CUs, ports and stacks):")
     typer.echo(_spread_line("CU -> I/O port", summary.cu_to_port))
     typer.echo(_spread_line("I/O port -> HBM stack", summary.port_to_stack))

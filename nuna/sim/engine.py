@@ -75,6 +75,8 @@ EV_WAKE = 1  # edge ``id`` re-runs its arbitration (became idle, credits or an i
 EV_DELIVER = 2  # the tail of packet ``id`` has reached the end of its path
 EV_HEAD = 3  # packet ``id`` finished the route/VC set-up after reaching its VC's head
 EV_ROOM = 4  # source queue ``id`` dropped below its notification threshold (for the drivers)
+EV_ACK_HEAD = 5  # replay: the write response for the head of job slot ``id``'s last store is back
+EV_ACK_TAIL = 6  # replay: the write response for one of job slot ``id``'s stores is back
 
 #: Indices into the ``ctr`` array of scalar counters.
 C_HEAP_N = 0  # events in the heap
@@ -1223,6 +1225,9 @@ Replay = namedtuple(
         "hist", "stat_f", "landed",
         # I/O-port counters for traces: sampled cumulative bytes of the scale-up links
         "tr_edges", "tr_time", "tr_bytes",
+        # per segment (local id), ns a write response takes back to the CU from the end of
+        # the segment's path (all zero when a store completes as it lands)
+        "seg_ret",
         # parameters and counters
         "par_i", "par_f", "rc",
     ],
@@ -1459,6 +1464,41 @@ def _job_done(net: Any, st: Any, R: Any, js: int, now: float) -> None:
     _issue(net, st, R, cu, now)
 
 
+@_hot
+def _response_ns(R: Any, js: int, kind: int) -> float:
+    """Time a write response takes from the store of job slot ``js`` (``kind`` K_STORE or
+    K_REMOTE) back to its CU: 0 when stores complete as they land."""
+    j = R.js_job[js]
+    n = R.js_node[js]
+    cu = R.n_cu[n]
+    if kind == K_STORE:
+        return R.seg_ret[R.par_i[P_SEG_STORE] + cu * R.par_i[P_STACKS] + R.j_cls[j, 2]]
+    port = R.j_cls[j, 3]
+    return (R.seg_ret[R.par_i[P_SEG_OUT] + cu * R.par_i[P_PORTS] + port]
+            + R.seg_ret[R.par_i[P_SEG_IN] + port * R.par_i[P_STACKS] + R.j_cls[j, 4]])
+
+
+@_jit
+def _slots_back_at_head(net: Any, st: Any, R: Any, js: int, now: float) -> None:
+    """All but one of the request slots of job slot ``js`` come back (see ``_packet_head``)."""
+    give = R.js_held[js] - 1
+    if give <= 0:
+        return
+    R.js_held[js] -= give
+    n = R.js_node[js]
+    cu = R.n_gpu[n] * R.par_i[P_CUS] + R.n_cu[n]
+    R.cu_out[cu] -= give
+    _issue(net, st, R, cu, now)
+
+
+@_jit
+def _store_acked(net: Any, st: Any, R: Any, js: int, now: float) -> None:
+    """One store of job slot ``js`` is complete (landed, or its write response is back)."""
+    R.js_pending[js] -= 1
+    if R.js_pending[js] == 0:
+        _job_done(net, st, R, js, now)
+
+
 @_jit
 def _packet_head(net: Any, st: Any, R: Any, p: int, now: float) -> None:
     """The head of packet ``p`` reached the end of its path (its tail at ``st.pf[p, 0]``):
@@ -1473,12 +1513,11 @@ def _packet_head(net: Any, st: Any, R: Any, p: int, now: float) -> None:
         # last at its tail (one line: at the tail, exactly as a flit). Holding half until the
         # tail made window-limited CUs up to 22% slow at 64 KiB (docs/simulator.md §5).
         if R.js_pending[js] == 1 and st.pf[p, 0] > now and R.js_held[js] > 1:
-            give = R.js_held[js] - 1
-            R.js_held[js] -= give
-            n = R.js_node[js]
-            cu = R.n_gpu[n] * R.par_i[P_CUS] + R.n_cu[n]
-            R.cu_out[cu] -= give
-            _issue(net, st, R, cu, now)
+            ret = _response_ns(R, js, kind)
+            if ret > 0.0:
+                heap_push(st, now + ret, EV_ACK_HEAD | (js << 3))
+            else:
+                _slots_back_at_head(net, st, R, js, now)
         if kind == K_REMOTE:
             R.js_head[js] = now
         return
@@ -1531,9 +1570,11 @@ def _packet_done(net: Any, st: Any, R: Any, p: int, now: float) -> None:
                 _complete(R, m, now)
             else:
                 _start(net, st, R, m, now)
-    R.js_pending[js] -= 1
-    if R.js_pending[js] == 0:
-        _job_done(net, st, R, js, now)
+    ret = _response_ns(R, js, kind)
+    if ret > 0.0:
+        heap_push(st, now + ret, EV_ACK_TAIL | (js << 3))
+    else:
+        _store_acked(net, st, R, js, now)
 
 
 @_jit
@@ -1591,8 +1632,12 @@ def replay_loop(net: Any, st: Any, R: Any) -> int:
         elif kind == EV_ROOM:
             g = x // R.par_i[P_BLOCK]
             _issue(net, st, R, g * R.par_i[P_CUS] + x - g * R.par_i[P_BLOCK] - R.par_i[P_CUSRC], now)
-        else:
+        elif kind == EV_DELIVER:
             _packet_done(net, st, R, x, now)
+        elif kind == EV_ACK_TAIL:
+            _store_acked(net, st, R, x, now)
+        else:
+            _slots_back_at_head(net, st, R, x, now)
         # calls pass every state array (hundreds of scalars): only make them when needed
         if R.rc[R_READY] > 0:
             _drain_ready(net, st, R, now)

@@ -331,6 +331,7 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *, packet
         np.zeros(opts.hist_bins, dtype=np.float64), stat_f, np.zeros((ngpus, ngpus), dtype=np.int64),
         tr_edges.astype(np.int64), np.zeros(nsamples, dtype=np.float64),
         np.zeros((nsamples, tr_edges.shape[0]), dtype=np.float64),
+        _response_ns_by_segment(spec, net),
         np.array([chip.cus, limit, opts.request_bytes, net.block, *net.seg_start, chip.hbm_stacks,
                   chip.io_ports, line, net.cusrc, opts.issue_queue], dtype=np.int64),
         par_f,
@@ -349,6 +350,22 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *, packet
         raise SimulationError(_deadlock_message(flat, dag, R))
     return _result(plan, spec, size_bytes, psize, seed, flat, dag, net, st, R, layout, tb_cu, lower,
                    lb_sent, njobs, started, trace, size_fit(plan, size_bytes, opts.element_bytes))
+
+
+def _response_ns_by_segment(spec: TopologySpec, net: PodNet) -> npt.NDArray[np.float64]:
+    """Per segment, the time a write response takes from the end of its path back to where the
+    path starts: its edges' latencies without the final memory access (the response leaves the
+    stack once the data is written), as the reverse route of a mesh has the same hops. All zero
+    when stores complete as they land."""
+    seg_ptr, seg_edge = net.net.seg_ptr, net.net.seg_edge.astype(np.int64)
+    if spec.protocol.store_completion == "landing" or seg_ptr.shape[0] < 2:
+        return np.zeros(max(1, seg_ptr.shape[0] - 1), dtype=np.float64)
+    lat = net.edge_lat[seg_edge]
+    total = np.add.reduceat(lat, seg_ptr[:-1]) if lat.size else np.zeros(seg_ptr.shape[0] - 1)
+    total = np.where(np.diff(seg_ptr) > 0, total, 0.0)
+    last = seg_edge[np.maximum(seg_ptr[1:] - 1, 0)]
+    ends_in_access = (last >= net.access) & (last < net.access + spec.chip.hbm_stacks)
+    return np.where(ends_in_access & (np.diff(seg_ptr) > 0), total - net.edge_lat[last], total)
 
 
 @functools.lru_cache(maxsize=8)

@@ -3,7 +3,8 @@
 A topology file (``topologies/<name>.toml``, documented in ``topologies/README.md``) has
 top-level ``format = 1``, ``name`` and ``description`` strings, two tables, ``[chip]`` and
 ``[scaleup]``, and an optional ``[router]`` table (the on-chip routers' virtual channels, buffers
-and pipeline; BookSim 2's setting when absent). Every parameter is an inline table
+and pipeline; BookSim 2's setting when absent), optional ``[nar]`` (how a NAR store picks its
+domain) and ``[protocol]`` (when a store is complete) tables. Every parameter is an inline table
 ``{ value = ..., source = "..." }``: the source says where the number comes from (the paper,
 a public figure with its citation, or the calibration). Units are part of every key name
 (``*_ns``, ``*_gbps`` = GB/s = bytes per ns, ``*_bytes``, ``*_gflops`` = GFLOP/s = flops per
@@ -171,6 +172,28 @@ NAR_DEFAULT_SOURCE = (
 )
 
 
+#: When a store is complete (``[protocol] store_completion``): as its data is written in the
+#: destination stack (the direct remote-store model the paper evaluates, §5.1), or when the
+#: stack's write response is back at the storing CU. A store holds its CU's request slots, and
+#: its step stays open, until it is complete.
+STORE_COMPLETIONS = ("landing", "response")
+
+
+@dataclass(frozen=True, slots=True)
+class ProtocolSpec:
+    """Transaction protocol: ``store_completion`` is one of :data:`STORE_COMPLETIONS`. A write
+    response is a small message that travels back along the store's route, uncontended (the
+    simulator does not queue responses, see ``docs/simulator.md`` §3)."""
+
+    store_completion: str = "landing"
+
+
+#: source note of the store completion when a file leaves it out
+PROTOCOL_DEFAULT_SOURCE = (
+    "default: paper §5.1 (the direct remote-store model: a store completes when it is written)"
+)
+
+
 @dataclass(frozen=True, slots=True)
 class TopologySpec:
     """A chip plus the scale-up network joining copies of it. ``sources`` maps each dotted key
@@ -183,6 +206,7 @@ class TopologySpec:
     scaleup: ScaleUpSpec
     router: RouterSpec = RouterSpec()
     nar: NarSpec = NarSpec()
+    protocol: ProtocolSpec = ProtocolSpec()
     sources: tuple[tuple[str, str], ...] = field(default=(), compare=False)
     path: str | None = field(default=None, compare=False)
 
@@ -356,7 +380,7 @@ class _Parser:
         return TopologyError(f"{self.where}: {key}: {problem}")
 
     def topology(self, doc: Mapping[str, Any]) -> TopologySpec:
-        allowed = {"format", "name", "description", "chip", "scaleup", "router", "nar"}
+        allowed = {"format", "name", "description", "chip", "scaleup", "router", "nar", "protocol"}
         for key in doc:
             if key not in allowed:
                 raise self.fail(key, f"unknown key (expected one of {', '.join(sorted(allowed))})")
@@ -373,7 +397,9 @@ class _Parser:
         scaleup = self.scaleup(self.table(doc, "scaleup"))
         router = self.router(self.table(doc, "router") if "router" in doc else {})
         nar = self.nar(self.table(doc, "nar") if "nar" in doc else {})
-        return TopologySpec(name, description, chip, scaleup, router, nar, tuple(self.sources), self.where)
+        protocol = self.protocol(self.table(doc, "protocol") if "protocol" in doc else {})
+        return TopologySpec(name, description, chip, scaleup, router, nar, protocol, tuple(self.sources),
+                            self.where)
 
     def string(self, doc: Mapping[str, Any], key: str) -> str:
         value = doc[key]
@@ -514,6 +540,17 @@ class _Parser:
             self.sources.append(("nar.port_choice", NAR_DEFAULT_SOURCE))
             return NarSpec()
         return NarSpec(self.choice("nar", table, "port_choice", NAR_PORT_CHOICES))
+
+    def protocol(self, table: Mapping[str, Any]) -> ProtocolSpec:
+        """``[protocol]``: optional; a missing ``store_completion`` is ``"landing"``, noted as a
+        default."""
+        for key in table:
+            if key != "store_completion":
+                raise self.fail(f"protocol.{key}", "unknown key")
+        if "store_completion" not in table:
+            self.sources.append(("protocol.store_completion", PROTOCOL_DEFAULT_SOURCE))
+            return ProtocolSpec()
+        return ProtocolSpec(self.choice("protocol", table, "store_completion", STORE_COMPLETIONS))
 
     def scaleup(self, table: Mapping[str, Any]) -> ScaleUpSpec:
         kind = self.choice("scaleup", table, "kind", _SCALEUP_KINDS)

@@ -77,6 +77,45 @@ def test_uncontended_flit_takes_the_sum_of_its_path_latencies(  # type: ignore[n
     assert sum(q["total"] for q in res.queueing.values()) == pytest.approx(0.0, abs=1e-6)
 
 
+@pytest.fixture(scope="module")
+def ack_spec():  # type: ignore[no-untyped-def]
+    return load_topology("nuna-4die-ack")
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cu=st.integers(0, 1007), src_stack=st.integers(0, 15), dst_stack=st.integers(0, 15))
+def test_a_store_completes_when_its_write_response_is_back(  # type: ignore[no-untyped-def]
+        spec, ack_spec, cu: int, src_stack: int, dst_stack: int) -> None:
+    # the uncontended flit above: with write responses its send step ends one trip back later
+    # (the store's route without the memory access), while the data lands when it did
+    placement = Placement(threadblocks=(TbPlacement(0, 0, cu),),
+                          chunks=(ChunkPlacement(0, Buffer.OUTPUT, 0, src_stack),
+                                  ChunkPlacement(1, Buffer.OUTPUT, 1, dst_stack)))
+    plan = dataclasses.replace(loads(ONE_SEND), placement=placement)
+    landing = simulate(plan, spec, 512)
+    response = simulate(plan, ack_spec, 512)
+    store = landing.remote_store_latency.max_ns
+    back = store - spec.chip.memory_access_latency_ns
+    assert response.remote_store_latency.max_ns == pytest.approx(store, abs=1e-6)
+    assert response.time_ns == pytest.approx(landing.time_ns + back, abs=1e-6)
+    assert response.events == landing.events
+
+
+def test_write_responses_slow_a_cu_bound_by_its_request_slots(spec, ack_spec) -> None:  # type: ignore[no-untyped-def]
+    """One sending CU per GPU moves at most its 700 slots per slot hold (Little's law): a
+    response's way back lengthens the hold, so the same traffic takes longer, by at most the
+    ratio of the holds."""
+    plan = generate("allgather", 2, algo="direct", tbs_per_peer=1)
+    landing = simulate(plan, spec, 16 << 20)
+    response = simulate(plan, ack_spec, 16 << 20)
+    np.testing.assert_array_equal(landing.landed_bytes, response.landed_bytes)
+    assert response.events == landing.events
+    hold = landing.remote_store_latency.mean_ns
+    back = hold - spec.chip.memory_access_latency_ns
+    assert response.time_ns > 1.2 * landing.time_ns
+    assert response.time_ns < landing.time_ns * (hold + back) / hold
+
+
 def test_queueing_report_counts_every_grant_and_finds_the_bottleneck(spec) -> None:  # type: ignore[no-untyped-def]
     # latency-bound: one threadblock per peer, 100 kB; bandwidth-bound: 16 per peer, 16 MB
     small = simulate(generate("allgather", 2, tbs_per_peer=1), spec, 100_000)

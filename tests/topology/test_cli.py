@@ -36,6 +36,14 @@ def test_show_json_matches_the_library(run_cli: Run) -> None:
     assert {"remote_write_noc_worst_ns", "transfer_mean_to_best", "scaleup_round_trip_ns"} <= keys
 
 
+def test_show_says_when_a_store_completes(run_cli: Run) -> None:
+    for name, completion, words in (("nuna-4die", "landing", "when it is written"),
+                                     ("nuna-4die-ack", "response", "write response is back")):
+        data = json.loads(run_cli("topology", "show", name, "--json").out)
+        assert data["protocol"] == {"store_completion": completion}
+        assert words in run_cli("topology", "show", name).out
+
+
 def test_show_text_names_counts_and_ratios(run_cli: Run) -> None:
     res = run_cli("topology", "show", "mi300x-like")
     assert res.code == 0, res.err

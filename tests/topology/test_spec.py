@@ -15,8 +15,8 @@ from nuna.errors import TopologyError
 from nuna.topology import available_topologies, default_topology, load_topology, parse_topology
 from tests.conftest import REPO, CliResult
 
-SHIPPED = ("flat-switch", "mi210-like", "mi300x-like", "mi355x-like", "nuna-4die", "nuna-4die-nar-cu",
-           "nuna-4die-p256")
+SHIPPED = ("flat-switch", "mi210-like", "mi300x-like", "mi355x-like", "nuna-4die", "nuna-4die-ack",
+           "nuna-4die-nar-cu", "nuna-4die-p256")
 GOOD = (REPO / "topologies" / "nuna-4die.toml").read_text()
 
 
@@ -228,6 +228,28 @@ def test_the_nar_cu_variant_is_nuna_4die_but_for_its_name_and_nar_port_choice() 
     assert (variant.chip, variant.scaleup, variant.router) == (base.chip, base.scaleup, base.router)
     # every other source note is nuna-4die's too, so an edit of one file shows up here
     assert dict(variant.sources) | {"nar.port_choice": ""} == dict(base.sources) | {"nar.port_choice": ""}
+
+
+def test_store_completion_is_optional_and_a_missing_one_is_noted_as_at_landing() -> None:
+    spec = load_topology("nuna-4die")
+    assert spec.protocol.store_completion == "landing"
+    assert (spec.source("protocol.store_completion") or "").startswith("assumed:")
+    without = parse_topology(GOOD[: GOOD.index("[protocol]")])
+    assert without == spec
+    assert (without.source("protocol.store_completion") or "").startswith("default: paper §5.1")
+    with pytest.raises(TopologyError, match=r"protocol\.store_completion"):
+        parse_topology(GOOD.replace('value = "landing"', 'value = "posted"'))
+    with pytest.raises(TopologyError, match=r"protocol\.ack: unknown key"):
+        parse_topology(GOOD + 'ack = { value = 1, source = "x" }\n')
+
+
+def test_the_ack_variant_is_nuna_4die_but_for_its_name_and_store_completion() -> None:
+    base, variant = load_topology("nuna-4die"), load_topology("nuna-4die-ack")
+    assert variant.protocol.store_completion == "response"
+    assert (variant.chip, variant.scaleup, variant.router, variant.nar) == (base.chip, base.scaleup,
+                                                                             base.router, base.nar)
+    key = "protocol.store_completion"
+    assert dict(variant.sources) | {key: ""} == dict(base.sources) | {key: ""}
 
 
 def test_the_page_variant_is_nuna_4die_but_for_its_name_and_page_size() -> None:
