@@ -75,8 +75,8 @@ EV_WAKE = 1  # edge ``id`` re-runs its arbitration (became idle, credits or an i
 EV_DELIVER = 2  # the tail of packet ``id`` has reached the end of its path
 EV_HEAD = 3  # packet ``id`` finished the route/VC set-up after reaching its VC's head
 EV_ROOM = 4  # source queue ``id`` dropped below its notification threshold (for the drivers)
-EV_ACK_HEAD = 5  # replay: the write response for the head of job slot ``id``'s last store is back
-EV_ACK_TAIL = 6  # replay: the write response for one of job slot ``id``'s stores is back
+EV_RESPONSE_HEAD = 5  # replay: the write response for the head of job slot ``id``'s last store is back
+EV_RESPONSE_TAIL = 6  # replay: the write response for one of job slot ``id``'s stores is back
 
 #: Indices into the ``ctr`` array of scalar counters.
 C_HEAP_N = 0  # events in the heap
@@ -1492,7 +1492,7 @@ def _slots_back_at_head(net: Any, st: Any, R: Any, js: int, now: float) -> None:
 
 
 @_jit
-def _store_acked(net: Any, st: Any, R: Any, js: int, now: float) -> None:
+def _store_complete(net: Any, st: Any, R: Any, js: int, now: float) -> None:
     """One store of job slot ``js`` is complete (landed, or its write response is back)."""
     R.js_pending[js] -= 1
     if R.js_pending[js] == 0:
@@ -1512,10 +1512,13 @@ def _packet_head(net: Any, st: Any, R: Any, p: int, now: float) -> None:
         # CU gets all but one of its request slots back when the last store's head lands, the
         # last at its tail (one line: at the tail, exactly as a flit). Holding half until the
         # tail made window-limited CUs up to 22% slow at 64 KiB (docs/simulator.md §5).
+        # With write responses the slots come back a response after the head (a job with a
+        # local and a remote store counts the first as pending until its response: its slots
+        # then all come back at the second's tail response, a case only fused receives have).
         if R.js_pending[js] == 1 and st.pf[p, 0] > now and R.js_held[js] > 1:
             ret = _response_ns(R, js, kind)
             if ret > 0.0:
-                heap_push(st, now + ret, EV_ACK_HEAD | (js << 3))
+                heap_push(st, now + ret, EV_RESPONSE_HEAD | (js << 3))
             else:
                 _slots_back_at_head(net, st, R, js, now)
         if kind == K_REMOTE:
@@ -1572,9 +1575,9 @@ def _packet_done(net: Any, st: Any, R: Any, p: int, now: float) -> None:
                 _start(net, st, R, m, now)
     ret = _response_ns(R, js, kind)
     if ret > 0.0:
-        heap_push(st, now + ret, EV_ACK_TAIL | (js << 3))
+        heap_push(st, now + ret, EV_RESPONSE_TAIL | (js << 3))
     else:
-        _store_acked(net, st, R, js, now)
+        _store_complete(net, st, R, js, now)
 
 
 @_jit
@@ -1634,8 +1637,8 @@ def replay_loop(net: Any, st: Any, R: Any) -> int:
             _issue(net, st, R, g * R.par_i[P_CUS] + x - g * R.par_i[P_BLOCK] - R.par_i[P_CUSRC], now)
         elif kind == EV_DELIVER:
             _packet_done(net, st, R, x, now)
-        elif kind == EV_ACK_TAIL:
-            _store_acked(net, st, R, x, now)
+        elif kind == EV_RESPONSE_TAIL:
+            _store_complete(net, st, R, x, now)
         else:
             _slots_back_at_head(net, st, R, x, now)
         # calls pass every state array (hundreds of scalars): only make them when needed

@@ -533,24 +533,26 @@ class _Parser:
 
     def nar(self, table: Mapping[str, Any]) -> NarSpec:
         """``[nar]``: optional; a missing ``port_choice`` is ``"address"``, noted as a default."""
-        for key in table:
-            if key != "port_choice":
-                raise self.fail(f"nar.{key}", "unknown key")
-        if "port_choice" not in table:
-            self.sources.append(("nar.port_choice", NAR_DEFAULT_SOURCE))
-            return NarSpec()
-        return NarSpec(self.choice("nar", table, "port_choice", NAR_PORT_CHOICES))
+        return NarSpec(self.lone_choice("nar", table, "port_choice", NAR_PORT_CHOICES,
+                                        NarSpec().port_choice, NAR_DEFAULT_SOURCE))
 
     def protocol(self, table: Mapping[str, Any]) -> ProtocolSpec:
         """``[protocol]``: optional; a missing ``store_completion`` is ``"landing"``, noted as a
         default."""
-        for key in table:
-            if key != "store_completion":
-                raise self.fail(f"protocol.{key}", "unknown key")
-        if "store_completion" not in table:
-            self.sources.append(("protocol.store_completion", PROTOCOL_DEFAULT_SOURCE))
-            return ProtocolSpec()
-        return ProtocolSpec(self.choice("protocol", table, "store_completion", STORE_COMPLETIONS))
+        return ProtocolSpec(self.lone_choice("protocol", table, "store_completion", STORE_COMPLETIONS,
+                                             ProtocolSpec().store_completion, PROTOCOL_DEFAULT_SOURCE))
+
+    def lone_choice(self, section: str, table: Mapping[str, Any], key: str, options: tuple[str, ...],
+                    default: str, default_note: str) -> str:
+        """The one key of an optional table: one of ``options``, or ``default`` (noted with
+        ``default_note``) when the table leaves it out."""
+        for other in table:
+            if other != key:
+                raise self.fail(f"{section}.{other}", "unknown key")
+        if key not in table:
+            self.sources.append((f"{section}.{key}", default_note))
+            return default
+        return self.choice(section, table, key, options)
 
     def scaleup(self, table: Mapping[str, Any]) -> ScaleUpSpec:
         kind = self.choice("scaleup", table, "kind", _SCALEUP_KINDS)
