@@ -353,19 +353,21 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *, packet
 
 
 def _response_ns_by_segment(spec: TopologySpec, net: PodNet) -> npt.NDArray[np.float64]:
-    """Per segment, the time a write response takes from the end of its path back to where the
-    path starts: its edges' latencies without the final memory access (the response leaves the
-    stack once the data is written), as the reverse route of a mesh has the same hops. All zero
-    when stores complete as they land."""
-    seg_ptr, seg_edge = net.net.seg_ptr, net.net.seg_edge.astype(np.int64)
-    if spec.protocol.store_completion == "landing" or seg_ptr.shape[0] < 2:
-        return np.zeros(max(1, seg_ptr.shape[0] - 1), dtype=np.float64)
-    lat = net.edge_lat[seg_edge]
-    total = np.add.reduceat(lat, seg_ptr[:-1]) if lat.size else np.zeros(seg_ptr.shape[0] - 1)
-    total = np.where(np.diff(seg_ptr) > 0, total, 0.0)
-    last = seg_edge[np.maximum(seg_ptr[1:] - 1, 0)]
-    ends_in_access = (last >= net.access) & (last < net.access + spec.chip.hbm_stacks)
-    return np.where(ends_in_access & (np.diff(seg_ptr) > 0), total - net.edge_lat[last], total)
+    """Per store segment, the time a write response takes back to the storing CU along the
+    reverse route (the topology's stack -> CU, stack -> port and port -> CU path tables, and the
+    port's two cables): the store's own latency mirrored, without the memory access, as the
+    response leaves the stack once the data is written. A remote store's response is the sum
+    of its two segments' entries. All zero when stores complete as they land."""
+    out = np.zeros(net.net.seg_ptr.shape[0] - 1, dtype=np.float64)
+    if spec.protocol.store_completion == "landing":
+        return out
+    geo, C, S, P = net.geo, spec.chip.cus, spec.chip.hbm_stacks, spec.chip.io_ports
+    store, remote_out, remote_in = net.seg_start[2], net.seg_start[3], net.seg_start[4]
+    cables = net.edge_lat[net.up:net.up + P] + net.edge_lat[net.down:net.down + P]
+    out[store:store + C * S] = geo.stack_cu.latency_ns.T.ravel()  # segment cu * S + stack
+    out[remote_out:remote_out + C * P] = (geo.port_cu.latency_ns.T + cables).ravel()  # cu * P + port
+    out[remote_in:remote_in + P * S] = geo.stack_port.latency_ns.T.ravel()  # port * S + stack
+    return out
 
 
 @functools.lru_cache(maxsize=8)

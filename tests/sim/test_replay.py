@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from nuna.errors import SimulationError, UsageError
 from nuna.plan.generate import generate
-from nuna.plan.ir import Buffer, ChunkPlacement, Placement, TbPlacement
+from nuna.plan.ir import Buffer, ChunkPlacement, Placement, Plan, TbPlacement
 from nuna.plan.xml import loads
 from nuna.sim import simulate
 from nuna.topology.address import io_port, nar_domain_ports, physical_address, stack_domain
@@ -44,6 +44,15 @@ DEADLOCK = _plan_xml("dl", 'send="1" recv="1"', [_step(0, "r", 1, 1), _step(1, "
                      'send="0" recv="0"', [_step(0, "r", 0, 0), _step(1, "s", 1, 1)])
 
 
+def _one_flit(cu: int, src_stack: int, dst_stack: int) -> Plan:
+    """ONE_SEND with its threadblock on ``cu``, its source chunk on ``src_stack`` of GPU 0 and
+    its destination chunk on ``dst_stack`` of GPU 1."""
+    placement = Placement(threadblocks=(TbPlacement(0, 0, cu),),
+                          chunks=(ChunkPlacement(0, Buffer.OUTPUT, 0, src_stack),
+                                  ChunkPlacement(1, Buffer.OUTPUT, 1, dst_stack)))
+    return dataclasses.replace(loads(ONE_SEND), placement=placement)
+
+
 @pytest.fixture(scope="module")
 def spec():  # type: ignore[no-untyped-def]
     return load_topology("nuna-4die")
@@ -54,11 +63,7 @@ def spec():  # type: ignore[no-untyped-def]
 def test_uncontended_flit_takes_the_sum_of_its_path_latencies(  # type: ignore[no-untyped-def]
         spec, cu: int, src_stack: int, dst_stack: int) -> None:
     # one 256-byte chunk: load it (request, memory access, data back), store it remotely
-    placement = Placement(threadblocks=(TbPlacement(0, 0, cu),),
-                          chunks=(ChunkPlacement(0, Buffer.OUTPUT, 0, src_stack),
-                                  ChunkPlacement(1, Buffer.OUTPUT, 1, dst_stack)))
-    plan = dataclasses.replace(loads(ONE_SEND), placement=placement)
-    res = simulate(plan, spec, 512)
+    res = simulate(_one_flit(cu, src_stack, dst_stack), spec, 512)
     geo = chip_geometry(spec.chip)
     layout = pod_layout(spec, 2)
     mem = spec.chip.memory_access_latency_ns
@@ -88,10 +93,7 @@ def test_a_store_completes_when_its_write_response_is_back(  # type: ignore[no-u
         spec, ack_spec, cu: int, src_stack: int, dst_stack: int) -> None:
     # the uncontended flit above: with write responses its send step ends one trip back later
     # (the store's route without the memory access), while the data lands when it did
-    placement = Placement(threadblocks=(TbPlacement(0, 0, cu),),
-                          chunks=(ChunkPlacement(0, Buffer.OUTPUT, 0, src_stack),
-                                  ChunkPlacement(1, Buffer.OUTPUT, 1, dst_stack)))
-    plan = dataclasses.replace(loads(ONE_SEND), placement=placement)
+    plan = _one_flit(cu, src_stack, dst_stack)
     landing = simulate(plan, spec, 512)
     response = simulate(plan, ack_spec, 512)
     store = landing.remote_store_latency.max_ns
