@@ -40,6 +40,9 @@ def figure(
     sizes: str | None = typer.Option(None, "--sizes", help="Only these sizes, e.g. 10MB,100MB."),
     configs: str | None = typer.Option(None, "--configs", help="Only these configurations, e.g. UA,NAP+NAR."),
     tbs_per_peer: str | None = typer.Option(None, "--tbs-per-peer", help="Only these threadblock counts."),
+    windowed: bool = typer.Option(False, "--windowed", help="Replay with one event queue per GPU (faster "
+                                  "from 16 GPUs; equal-time events of different GPUs in GPU order), "
+                                  "into a sweep of its own (fig9-windowed)."),
 ) -> None:
     """Render one of the paper's Figures 9-14 from its sweep (run or resumed as needed).
 
@@ -57,7 +60,7 @@ def figure(
             load_topology(topology)  # a bad name or file fails here, before any point runs
             only["topologies"] = [str(Path(topology).resolve()) if is_topology_path(topology) else topology]
         result = run_figure(name, out, spec_dir=spec_dir, quick=quick, executor=executor.value, jobs=jobs,
-                            progress=bar, only=only)
+                            progress=bar, only=only, windowed=windowed)
     finally:
         bar.close()
     s = result.summary

@@ -85,9 +85,13 @@ def simulate(
                                       "first (UA, UA+NAR, NUMA, NUMA+NAR, NAP, NAP+NAR, NAP*, NAP*+NAR)."),
     nar_granularity: str | None = typer.Option(None, "--nar-granularity",
                                                help="With --config: NAR granularity G or auto."),
+    windowed: bool = typer.Option(False, "--windowed", help="One event queue per GPU, run in windows of "
+                                  "the shortest cross-GPU latency: faster on large pods, the same model "
+                                  "(equal-time events of different GPUs in GPU order); not with --trace."),
 ) -> None:
     """Replay a plan on a pod of multi-die GPUs and report the collective's time and bandwidth."""
     from nuna.plan.xml import load
+    from nuna.sim.replay import SimOptions
     from nuna.sim.replay import simulate as run
     from nuna.sim.trace import chrome_trace
     from nuna.topology.spec import load_topology
@@ -102,7 +106,8 @@ def simulate(
         from nuna.passes.configs import parse_granularity
 
         plan = apply_config(plan, config, PassContext(spec, size_bytes), parse_granularity(nar_granularity))
-    res = run(plan, spec, size_bytes, packet_bytes=packets, seed=seed, trace=trace_file is not None)  # type: ignore[arg-type]
+    res = run(plan, spec, size_bytes, packet_bytes=packets, seed=seed,  # type: ignore[arg-type]
+              trace=trace_file is not None, options=SimOptions(windowed=windowed))
     lat = res.remote_store_latency
     typer.echo(f"# {plan.name}: {plan.collective.value}, {plan.ngpus} GPUs, {spec.name}, "
                f"packets of {res.packet_bytes} B")

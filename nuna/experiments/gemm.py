@@ -184,7 +184,7 @@ def gemm_point(point: dict[str, Any]) -> dict[str, Any]:
     (how the GEMM was built) to the simulator's JSON; ``wall_s`` goes under ``timing``."""
     from nuna.passes import PassContext, apply_config
     from nuna.plan.generate import generate
-    from nuna.sim import simulate
+    from nuna.sim import SimOptions, simulate
     from nuna.topology.spec import load_topology
 
     size_bytes = int(point["size_bytes"])
@@ -199,7 +199,8 @@ def gemm_point(point: dict[str, Any]) -> dict[str, Any]:
     info: GemmInfo | None = None
     if gemm_bytes:
         plan, info = add_gemm(plan, topology, size_bytes, gemm_bytes)
-    result = simulate(plan, topology, size_bytes, packet_bytes=point["packet_bytes"], seed=seed)
+    result = simulate(plan, topology, size_bytes, packet_bytes=point["packet_bytes"], seed=seed,
+                      options=SimOptions(windowed=bool(point.get("windowed", False))))
     payload: dict[str, Any] = dict(result.to_json(chip_links=False))  # as sweep points
     payload["timing"] = {"wall_s": payload.pop("wall_s")}
     payload["nar_granularity_used"] = plan.placement.nar_granularity

@@ -65,7 +65,7 @@ _SECTIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
         frozenset({"collectives", "gpus", "sizes", "configs"}),
         frozenset({"nar_granularities", "tbs_per_peer", "topologies", "gemm_sizes", "also"}),
     ),
-    "fixed": (frozenset(), frozenset({"algo", "packet_bytes", "seed"})),
+    "fixed": (frozenset(), frozenset({"algo", "packet_bytes", "seed", "windowed"})),
 }
 
 #: grid axes: spec-file key -> SweepSpec field, in expansion order (outermost first)
@@ -94,7 +94,9 @@ class Point:
     ``"heuristic"`` (the passes' size-threshold estimate) or ``"auto"`` (simulate every valid
     number and keep the fastest). ``gemm_bytes`` is the size of each matrix
     of the concurrent GEMM (paper §6.6), ``0`` for none. ``packet_bytes`` is a byte count or
-    ``"auto"`` (the simulator picks).
+    ``"auto"`` (the simulator picks). ``windowed`` replays with one event queue per GPU
+    (``nuna.sim.SimOptions``): the same model, equal-time events of different GPUs in GPU order,
+    so a point of its own.
     """
 
     collective: str
@@ -108,9 +110,11 @@ class Point:
     algo: str
     packet_bytes: int | str
     seed: int
+    windowed: bool = False
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        # "windowed" only when set, so that points without it keep their ids
+        return {**({"windowed": True} if self.windowed else {}),
             "algo": self.algo,
             "collective": self.collective,
             "config": self.config,
@@ -133,6 +137,8 @@ class Point:
         if self.gemm_bytes:
             parts.append(f"gemm={format_size(self.gemm_bytes)}")
         parts.append(self.topology)
+        if self.windowed:
+            parts.append("windowed")
         return " ".join(parts)
 
 
@@ -168,6 +174,7 @@ class SweepSpec:
     algo: str = "direct"
     packet_bytes: int | str = 256
     seed: int = 0
+    windowed: bool = False
     also: tuple[GridPatch, ...] = ()
     source: str = field(default="<spec>", compare=False)
 
@@ -190,7 +197,7 @@ class SweepSpec:
             "name": self.name,
             "point_function": self.point_function,
             "grid": grid,
-            "fixed": {"algo": self.algo, "packet_bytes": self.packet_bytes, "seed": self.seed},
+            "fixed": _fixed(self),
         }
 
 
@@ -263,6 +270,7 @@ def _expand_one(spec: SweepSpec) -> list[Point]:
             algo=spec.algo,
             packet_bytes=spec.packet_bytes,
             seed=spec.seed,
+            windowed=spec.windowed,
         )
         points.append(point)
     return points
@@ -326,6 +334,7 @@ def parse_sweep_spec(
         algo=_choice(fixed.get("algo", "direct"), ALGOS, source, "[fixed] algo"),
         packet_bytes=_packet_bytes(fixed.get("packet_bytes", 256), source),
         seed=_seed(fixed.get("seed", 0), source),
+        windowed=_flag(fixed.get("windowed", False), source, "[fixed] windowed"),
         also=_grid_patches(grid.get("also", []), convert, source),
         source=source,
     )
@@ -393,7 +402,7 @@ def restrict_grid(spec: SweepSpec, overrides: Mapping[str, Sequence[str]]) -> Sw
     # one path component, without dots (output files are named ``<name>.png``, ``<name>.json``)
     safe = "".join(ch if ch.isalnum() or ch in "+-_" else "_" for ch in name)
     doc = {"sweep": {"name": safe, "point_function": spec.point_function}, "grid": grid,
-           "fixed": {"algo": spec.algo, "packet_bytes": spec.packet_bytes, "seed": spec.seed}}
+           "fixed": _fixed(spec)}
     restricted = parse_sweep_spec(doc, source="command line")
     patches = []
     for patch in spec.also:
@@ -406,6 +415,26 @@ def restrict_grid(spec: SweepSpec, overrides: Mapping[str, Sequence[str]]) -> Sw
         if all(values for _, values in axes):
             patches.append(GridPatch(tuple(axes)))
     return dataclasses.replace(restricted, also=tuple(patches))
+
+
+def windowed_spec(spec: SweepSpec) -> SweepSpec:
+    """``spec`` replayed with windowed scheduling, named apart (``fig9-windowed``): its points
+    are points of their own, since equal-time events may run in another order."""
+    return dataclasses.replace(spec, windowed=True, name=f"{spec.name}-windowed")
+
+
+def _fixed(spec: SweepSpec) -> dict[str, Any]:
+    """The ``[fixed]`` table of ``spec`` (``windowed`` only when set: older indexes stay equal)."""
+    fixed: dict[str, Any] = {"algo": spec.algo, "packet_bytes": spec.packet_bytes, "seed": spec.seed}
+    if spec.windowed:
+        fixed["windowed"] = True
+    return fixed
+
+
+def _flag(value: Any, source: str, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise _fail(source, where, f"must be true or false, got {_kind(value)}")
+    return value
 
 
 def _fail(source: str, where: str, message: str) -> InputError:

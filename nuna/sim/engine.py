@@ -77,6 +77,7 @@ EV_HEAD = 3  # packet ``id`` finished the route/VC set-up after reaching its VC'
 EV_ROOM = 4  # source queue ``id`` dropped below its notification threshold (for the drivers)
 EV_RESPONSE_HEAD = 5  # replay: the write response for the head of job slot ``id``'s last store is back
 EV_RESPONSE_TAIL = 6  # replay: the write response for one of job slot ``id``'s stores is back
+EV_LAND = 7  # windowed replay: the tail of packet ``id`` lands in a GPU other than its sender's
 
 #: Indices into the ``ctr`` array of scalar counters.
 C_HEAP_N = 0  # events in the heap
@@ -87,7 +88,11 @@ C_OVERFLOW = 4  # 1 when a fixed-size array ran out of room
 C_POPPED = 5  # heap events processed
 C_RING = 6  # credit-return slots per virtual channel
 C_FQ_N = 7  # events in the delay-class FIFOs
-NCTR = 8
+C_NDOM = 8  # event-queue domains (1, or one per GPU for windowed scheduling)
+C_DOM = 9  # the domain whose events are being processed: pushes go to its queue
+C_BLOCK = 10  # edges per domain (edge ``e`` belongs to domain ``e // block``)
+C_FOREIGN = 11  # windowed: grants of an edge outside the current domain (must stay 0)
+NCTR = 12
 
 # State.ef columns (per edge, floats; one 64-byte row): latency, ns per byte, credit delay,
 # head set-up (static); link idle from, input port idle from, earliest pending wake, busy time
@@ -137,14 +142,17 @@ State = namedtuple(
         "vf",  # f8[VC rows, VF_RING + 2R]
         "pi",  # i4[P, NPI]
         "pf",  # f8[P, 4] time the tail reached (or reaches) the packet's current buffer; time it
-        # left its source queue (-1 until then); time its head reached (reaches) that buffer
+        # left its source queue (-1 until then); time its head reached (reaches) that buffer;
+        # windowed replay, a remote store: its send step, then which side of its landing is done
         "wait",  # f8[K] time heads waited in a buffer for their next edge, by its wait class
-        "heap",  # f8[N + 3, 2] event times in column 0 (4-ary heap, node i in row i + 3)
-        "heapk",  # i8[N + 3, 2] the same memory: (sequence << 28 | payload) in column 1
-        "fq",  # f8[D * C, 2] one FIFO ring of C events per delay class (time, key as in heap)
-        "fqk",  # i8[D * C, 2] the same memory
-        "fqs",  # i8[D, 2] first slot and length of each ring
-        "fqh",  # f8[D] time of each ring's first event (inf when empty)
+        # one event queue (a heap and one ring per delay class) per domain g:
+        "heap",  # f8[G * (N + 3), 2] event times in column 0 (4-ary heap, node i in row g (N + 3) + i + 3)
+        "heapk",  # i8[G * (N + 3), 2] the same memory: (sequence << 28 | payload) in column 1
+        "fq",  # f8[G * D * C, 2] one FIFO ring of C events per delay class (time, key as in heap)
+        "fqk",  # i8[G * D * C, 2] the same memory
+        "fqs",  # i8[G * D, 2] first slot and length of each ring
+        "fqh",  # f8[G * D] time of each ring's first event (inf when empty)
+        "qn",  # i8[G, 2] events in each domain's heap and rings
         "ctr",  # i8[NCTR]
     ],
 )
@@ -227,11 +235,14 @@ def _aligned(n: int) -> F8:
     return raw[off:off + n]
 
 
-def _new_heap(events: int) -> tuple[F8, I8]:
-    """An empty event heap of ``events`` slots: a float64 view (times) and an int64 view (keys)
-    of one buffer of 16-byte rows. Node ``i`` is row ``i + 3``, so the four children of a node
-    (rows ``4i + 4 .. 4i + 7``) fill exactly one cache line: a sift-down level costs one miss."""
-    buf = _aligned(2 * (events + 3)).reshape(events + 3, 2)
+def _new_heap(events: int, domains: int = 1) -> tuple[F8, I8]:
+    """``domains`` empty event heaps of ``events`` slots each: a float64 view (times) and an
+    int64 view (keys) of one buffer of 16-byte rows. Node ``i`` of heap ``g`` is row
+    ``g * (events + 3) + i + 3``, so the four children of a node (rows ``4i + 4 .. 4i + 7``)
+    fill exactly one cache line: a sift-down level costs one miss (``events + 3`` is rounded up
+    to a multiple of four rows, 64 bytes, to keep every heap so aligned)."""
+    rows = events + 3 + (-(events + 3)) % 4
+    buf = _aligned(2 * rows * domains).reshape(rows * domains, 2)
     return buf, buf.view(np.int64)
 
 
@@ -239,8 +250,10 @@ def _new_heap(events: int) -> tuple[F8, I8]:
 _PAY_BITS = 28
 
 
-def make_state(net: Any, packets: int, heap: int, ring: int) -> Any:
-    """Fresh engine state for ``packets`` packet slots and a heap of ``heap`` events."""
+def make_state(net: Any, packets: int, heap: int, ring: int, domains: int = 1, block: int = 0) -> Any:
+    """Fresh engine state for ``packets`` packet slots and a heap of ``heap`` events; with
+    ``domains`` > 1, one event queue (a heap of ``heap`` events and its rings) per domain of
+    ``block`` edges (see :func:`replay_loop`)."""
     E = num_edges(net)
     P = max(1, packets)
     if max(P, E) >= 1 << (_PAY_BITS - 3):
@@ -254,21 +267,26 @@ def make_state(net: Any, packets: int, heap: int, ring: int) -> Any:
     pi[:, [PI_VNEXT, PI_WNEXT, PI_RNEXT, PI_SEG1]] = -1
     ctr = np.zeros(NCTR, np.int64)
     ctr[C_RING] = ring
+    G = max(1, domains)
+    ctr[C_NDOM] = G
+    ctr[C_BLOCK] = block if G > 1 else max(1, E)
     # an edge's float and int columns share one 128-byte block (two adjacent cache lines)
     rows = _aligned(E * (NEF + NEI // 2)).reshape(E, NEF + NEI // 2)
     ef = rows[:, :NEF]
     ef[:] = net.ef
     ei = rows[:, NEF:].view(np.int32)
     ei[:] = net.ei
-    h, hk = _new_heap(max(16, heap))
+    h, hk = _new_heap(max(16, heap), G)
     # rings: a class holds at most one arrival per packet; beyond 2**18 events the heap takes them
+    # (a domain's: about its share of the packets; the heap takes what does not fit)
     D = max(1, int(net.ei[:, EI_DCLASS].max()) + 1 if E else 1)
-    C = 1 << min(18, max(4, int(P).bit_length()))
-    fq = _aligned(2 * D * C).reshape(D * C, 2)
-    # 32-byte packet rows (three columns used): a row never straddles two cache lines
+    C = 1 << min(18, max(4, int(P // G).bit_length()))
+    fq = _aligned(2 * G * D * C).reshape(G * D * C, 2)
+    # 32-byte packet rows: a row never straddles two cache lines
     K = int(net.ei[:, EI_WCLASS].max()) + 1 if E else 1
     return State(ef, ei, np.zeros(max(1, E), np.int32), vf, pi, _aligned(4 * P).reshape(P, 4),
-                 np.zeros(K), h, hk, fq, fq.view(np.int64), np.zeros((D, 2), np.int64), np.full(D, INF), ctr)
+                 np.zeros(K), h, hk, fq, fq.view(np.int64), np.zeros((G * D, 2), np.int64),
+                 np.full(G * D, INF), np.zeros((G, 2), np.int64), ctr)
 
 
 def edge_bytes(st: Any) -> npt.NDArray[np.int64]:
@@ -281,65 +299,80 @@ def edge_bytes(st: Any) -> npt.NDArray[np.int64]:
 
 
 def grow_heap(st: Any, events: int) -> Any:
-    """A copy of ``st`` whose heap holds ``events`` events."""
+    """A copy of ``st`` whose heaps hold ``events`` events each."""
     old = heap_capacity(st)
     if events <= old:
         return st
-    h, hk = _new_heap(events)
-    h[:old + 3] = st.heap
+    G = st.qn.shape[0]
+    h, hk = _new_heap(events, G)
+    rows_old, rows_new = st.heap.shape[0] // G, h.shape[0] // G
+    for g in range(G):
+        h[g * rows_new:g * rows_new + rows_old] = st.heap[g * rows_old:(g + 1) * rows_old]
     return st._replace(heap=h, heapk=hk)
 
 
 @_hot
 def heap_capacity(st: Any) -> int:
-    """Events the heap of ``st`` can hold (its first three rows pad the root's children onto
+    """Events each heap of ``st`` can hold (its first three rows pad the root's children onto
     one cache line, see :func:`_new_heap`)."""
-    return st.heap.shape[0] - 3
+    return st.heap.shape[0] // st.qn.shape[0] - 3
 
 
 # --- event heap --------------------------------------------------------------------------
 
 @_hot
-def heap_push(st: Any, t: float, pay: int) -> None:
-    """Schedule payload ``pay`` at time ``t``; sets the overflow counter when the heap is full.
-    Keys are ``(time, sequence)``: equal times pop in insertion order."""
+def heap_push_to(st: Any, g: int, t: float, pay: int) -> None:
+    """Schedule payload ``pay`` at time ``t`` in domain ``g``'s heap; sets the overflow counter
+    when it is full. Keys are ``(time, sequence)``: equal times pop in insertion order."""
     h = st.heap
     hk = st.heapk
     ctr = st.ctr
-    n = ctr[C_HEAP_N]
-    if n >= heap_capacity(st):
+    n = st.qn[g, 0]
+    cap = heap_capacity(st)
+    if n >= cap:
         ctr[C_OVERFLOW] = 1
         return
+    b = g * (h.shape[0] // st.qn.shape[0]) + 3  # row of the domain's root
     key = (ctr[C_SEQ] << _PAY_BITS) | pay
     ctr[C_SEQ] += 1
     i = n
     while i > 0:
         parent = (i - 1) >> 2
-        pt = h[parent + 3, 0]
+        pt = h[b + parent, 0]
         # the new key's sequence is the largest yet: an equal time stays below its parent
         if pt <= t:
             break
-        h[i + 3, 0] = pt
-        hk[i + 3, 1] = hk[parent + 3, 1]
+        h[b + i, 0] = pt
+        hk[b + i, 1] = hk[b + parent, 1]
         i = parent
-    h[i + 3, 0] = t
-    hk[i + 3, 1] = key
-    ctr[C_HEAP_N] = n + 1
+    h[b + i, 0] = t
+    hk[b + i, 1] = key
+    st.qn[g, 0] = n + 1
+    ctr[C_HEAP_N] += 1
+
+
+@_hot
+def heap_push(st: Any, t: float, pay: int) -> None:
+    """Schedule payload ``pay`` at time ``t`` in the current domain's heap."""
+    heap_push_to(st, st.ctr[C_DOM], t, pay)
 
 
 @_hot
 def heap_pop(st: Any) -> tuple[float, int]:
-    """Remove and return ``(time, payload)`` of the earliest event (the heap must not be empty)."""
+    """Remove and return ``(time, payload)`` of the current domain's earliest heap event (the
+    heap must not be empty)."""
     h = st.heap
     hk = st.heapk
-    ctr = st.ctr
-    n = ctr[C_HEAP_N] - 1
-    t0 = h[3, 0]
-    p0 = hk[3, 1] & ((1 << _PAY_BITS) - 1)
-    ctr[C_HEAP_N] = n
+    g = st.ctr[C_DOM]
+    b = g * (h.shape[0] // st.qn.shape[0]) + 3
+    n = st.qn[g, 0] - 1
+    t0 = h[b, 0]
+    p0 = hk[b, 1] & ((1 << _PAY_BITS) - 1)
+    st.qn[g, 0] = n
+    st.ctr[C_HEAP_N] -= 1
     if n > 0:
-        t = h[n + 3, 0]
-        s = hk[n + 3, 1]
+        t = h[b + n, 0]
+        s = hk[b + n, 1]
         i = 0
         while True:
             c = 4 * i + 1
@@ -347,29 +380,31 @@ def heap_pop(st: Any) -> tuple[float, int]:
                 break
             end = c + 4 if c + 4 <= n else n
             best = c
-            bt = h[c + 3, 0]
-            bs = hk[c + 3, 1]
+            bt = h[b + c, 0]
+            bs = hk[b + c, 1]
             for k in range(c + 1, end):
-                kt = h[k + 3, 0]
-                if kt < bt or (kt == bt and hk[k + 3, 1] < bs):
+                kt = h[b + k, 0]
+                if kt < bt or (kt == bt and hk[b + k, 1] < bs):
                     best = k
                     bt = kt
-                    bs = hk[k + 3, 1]
+                    bs = hk[b + k, 1]
             if t < bt or (t == bt and s < bs):
                 break
-            h[i + 3, 0] = bt
-            hk[i + 3, 1] = bs
+            h[b + i, 0] = bt
+            hk[b + i, 1] = bs
             i = best
-        h[i + 3, 0] = t
-        hk[i + 3, 1] = s
+        h[b + i, 0] = t
+        hk[b + i, 1] = s
     return t0, p0
 
 
 @_hot
 def heap_top_time(st: Any) -> float:
-    if st.ctr[C_HEAP_N] == 0:
+    """Time of the current domain's earliest heap event (inf when its heap is empty)."""
+    g = st.ctr[C_DOM]
+    if st.qn[g, 0] == 0:
         return INF
-    return st.heap[3, 0]
+    return st.heap[g * (st.heap.shape[0] // st.qn.shape[0]) + 3, 0]
 
 
 # --- the event queue: the heap plus one FIFO per delay class ------------------------------
@@ -418,39 +453,51 @@ _PF_VCS = 1
 
 
 @_hot
-def ev_push(st: Any, cls: int, t: float, pay: int) -> None:
-    """Schedule payload ``pay`` at ``t`` in delay class ``cls``'s ring when it keeps the ring
-    sorted and fits, else in the heap."""
+def ev_push_to(st: Any, g: int, cls: int, t: float, pay: int) -> None:
+    """Schedule payload ``pay`` at ``t`` in domain ``g``: in delay class ``cls``'s ring when it
+    keeps the ring sorted and fits, else in the heap."""
     if cls >= 0:
         fqs = st.fqs
         C = st.fq.shape[0] // fqs.shape[0]
-        n = fqs[cls, 1]
+        q = g * (fqs.shape[0] // st.qn.shape[0]) + cls  # the domain's ring of this class
+        n = fqs[q, 1]
         if n < C:
-            last = cls * C + ((fqs[cls, 0] + n - 1) & (C - 1))
+            last = q * C + ((fqs[q, 0] + n - 1) & (C - 1))
             if n == 0 or st.fq[last, 0] <= t:
                 ctr = st.ctr
-                r = cls * C + ((fqs[cls, 0] + n) & (C - 1))
+                r = q * C + ((fqs[q, 0] + n) & (C - 1))
                 st.fq[r, 0] = t
                 st.fqk[r, 1] = (ctr[C_SEQ] << _PAY_BITS) | pay
                 ctr[C_SEQ] += 1
-                fqs[cls, 1] = n + 1
+                fqs[q, 1] = n + 1
+                st.qn[g, 1] += 1
                 ctr[C_FQ_N] += 1
                 if n == 0:
-                    st.fqh[cls] = t
+                    st.fqh[q] = t
                 return
-    heap_push(st, t, pay)
+    heap_push_to(st, g, t, pay)
+
+
+@_hot
+def ev_push(st: Any, cls: int, t: float, pay: int) -> None:
+    """Schedule payload ``pay`` at ``t`` (delay class ``cls``) in the current domain."""
+    ev_push_to(st, st.ctr[C_DOM], cls, t, pay)
 
 
 @_hot
 def ev_count(st: Any) -> int:
+    """Events in every domain's queue."""
     return st.ctr[C_HEAP_N] + st.ctr[C_FQ_N]
 
 
 @_hot
 def ev_top_time(st: Any) -> float:
+    """Time of the current domain's earliest event (inf when it has none)."""
     t = heap_top_time(st)
     fqh = st.fqh
-    for c in range(fqh.shape[0]):
+    D = fqh.shape[0] // st.qn.shape[0]
+    q0 = st.ctr[C_DOM] * D
+    for c in range(q0, q0 + D):
         if fqh[c] < t:
             t = fqh[c]
     return t
@@ -503,11 +550,21 @@ def _prefetch_vcs(net: Any, st: Any, key: int) -> None:
 
 @_hot
 def ev_pop(net: Any, st: Any) -> tuple[float, int]:
-    """Remove and return ``(time, payload)`` of the earliest event (the queue must not be empty)."""
+    """Remove and return ``(time, payload)`` of the current domain's earliest event (its queue
+    must not be empty)."""
+    return ev_pop_before(net, st, INF)
+
+
+@_hot
+def ev_pop_before(net: Any, st: Any, before: float) -> tuple[float, int]:
+    """:func:`ev_pop` if the current domain's earliest event is earlier than ``before``, else
+    ``(its time, -1)`` and nothing is removed."""
     fqh = st.fqh
+    g = st.ctr[C_DOM]
+    D = fqh.shape[0] // st.qn.shape[0]
     best = -1
     bt = heap_top_time(st)
-    for c in range(fqh.shape[0]):
+    for c in range(g * D, g * D + D):
         t = fqh[c]
         if t < bt:
             best = c
@@ -515,9 +572,14 @@ def ev_pop(net: Any, st: Any) -> tuple[float, int]:
         elif t == bt and t < INF:
             C = st.fq.shape[0] // fqh.shape[0]
             key = st.fqk[c * C + st.fqs[c, 0], 1]
-            other = st.heapk[3, 1] if best < 0 else st.fqk[best * C + st.fqs[best, 0], 1]
+            if best < 0:
+                other = st.heapk[g * (st.heap.shape[0] // st.qn.shape[0]) + 3, 1]
+            else:
+                other = st.fqk[best * C + st.fqs[best, 0], 1]
             if key < other:
                 best = c
+    if bt >= before:
+        return bt, -1
     if best < 0:
         return heap_pop(st)
     fqs = st.fqs
@@ -528,6 +590,7 @@ def ev_pop(net: Any, st: Any) -> tuple[float, int]:
     h = (h + 1) & (C - 1)
     fqs[best, 0] = h
     fqs[best, 1] = n
+    st.qn[g, 1] -= 1
     st.ctr[C_FQ_N] -= 1
     if n > 0:
         fqh[best] = st.fq[best * C + h, 0]
@@ -779,7 +842,35 @@ def _grant(net: Any, st: Any, p: int, ein: int, e: int, v: int, leg: int, pos: i
     # queueing report: the head waited here since it reached this buffer (set-up included)
     st.wait[ei[e, EI_WCLASS]] += now - st.pf[p, 2]
     st.pf[p, 2] = now + lat
-    ev_push(st, ei[e, EI_DCLASS], now + lat, EV_ARRIVE | (p << 3))
+    if st.ctr[C_NDOM] == 1:
+        ev_push(st, ei[e, EI_DCLASS], now + lat, EV_ARRIVE | (p << 3))
+        return
+    if e // st.ctr[C_BLOCK] != st.ctr[C_DOM]:
+        st.ctr[C_FOREIGN] += 1
+    if pos + 1 < end:  # a leg's edges are all in its first edge's domain
+        ev_push(st, ei[e, EI_DCLASS], now + lat, EV_ARRIVE | (p << 3))
+    else:
+        _post_arrival(net, st, p, e, now + lat)
+
+
+@_jit
+def _post_arrival(net: Any, st: Any, p: int, e: int, t: float) -> None:
+    """Windowed scheduling: post packet ``p``'s arrival at the end of edge ``e`` (at ``t``) to
+    the domain whose state it touches: that of its next edge (a flit reaching the switch: its
+    receiver's), or at the end of its path its sender's (home) domain, which owns its job.
+    A packet that lands in another domain (a remote store) also leaves an EV_LAND event for
+    the tail's landing in this one: the receiver's side of a store (its receive step). Both
+    are posted here, at the grant of the last edge (the stack's access), one access latency
+    ahead, so no domain ever posts into another's past (see :func:`replay_loop`)."""
+    block = st.ctr[C_BLOCK]
+    leg, pos, _ = next_pos(net, st, p)
+    if leg >= 0:
+        ev_push_to(st, edge_of(net, st, p, leg, pos) // block, st.ei[e, EI_DCLASS], t, EV_ARRIVE | (p << 3))
+        return
+    home = st.pi[p, PI_BASE0] // block
+    ev_push_to(st, home, st.ei[e, EI_DCLASS], t, EV_ARRIVE | (p << 3))
+    if home != st.ctr[C_DOM]:
+        heap_push(st, st.pf[p, 0], EV_LAND | (p << 3))
 
 
 @_hot
@@ -1237,9 +1328,9 @@ Replay = namedtuple(
 P_CUS, P_LIMIT, P_REQ, P_BLOCK, P_SEG_REQ, P_SEG_READ, P_SEG_STORE, P_SEG_OUT, P_SEG_IN, P_SEG_ALU, \
     P_STACKS, P_PORTS, P_LINE, P_CUSRC, P_QDEPTH = range(15)
 # par_f
-F_BIN, F_TRACE_DT = range(2)
+F_BIN, F_TRACE_DT, F_WINDOW = range(3)
 # rc counters
-R_JS_FREE, R_PK_FREE, R_READY, R_DONE, R_INIT, R_TR_N, R_TR_NEXT_UNUSED, R_LOSTJOB = range(8)
+R_JS_FREE, R_PK_FREE, R_READY, R_DONE, R_INIT, R_TR_N, R_LATE, R_LOSTJOB = range(8)
 # stat_f
 S_LAT_SUM, S_LAT_W, S_LAT_MAX, S_TR_NEXT, S_REMOTE_BYTES, S_READY_SUM = range(6)
 # node states
@@ -1355,6 +1446,7 @@ def _job_stores(net: Any, st: Any, R: Any, js: int, now: float, tail: float) -> 
         p = _new_packet(st, R, js, K_REMOTE)
         init_packet(net, st, p, R.par_i[P_SEG_OUT] + cu * ports + port, base, size,
                     R.par_i[P_SEG_IN] + port * stacks + R.j_cls[j, 4], R.n_peer[n] * R.par_i[P_BLOCK], size)
+        st.pf[p, 3] = n  # its send step, for the receiver's side of its landing (EV_LAND)
         enter(net, st, p, now, tail)
 
 
@@ -1535,14 +1627,52 @@ def _packet_head(net: Any, st: Any, R: Any, p: int, now: float) -> None:
         _job_loaded(net, st, R, js, now, R.js_tail[js])
 
 
+@_hot
+def _free_packet(R: Any, p: int) -> None:
+    f = R.rc[R_PK_FREE]
+    R.pk_free[f] = p
+    R.rc[R_PK_FREE] = f + 1
+
+
+@_jit
+def _land(net: Any, st: Any, R: Any, n: int, nbytes: int, now: float) -> None:
+    """The receiver's side of a remote store of send step ``n`` landing: ``nbytes`` more of
+    its matching receive's data are there."""
+    R.landed[R.n_gpu[n], R.n_peer[n]] += nbytes
+    m = R.match_recv[n]
+    R.n_land[m] -= nbytes
+    if R.n_land[m] <= 0 and R.n_state[m] == N_DATA:
+        if R.n_type[m] == T_RECV:
+            _complete(R, m, now)
+        else:
+            _start(net, st, R, m, now)
+
+
+@_jit
+def _packet_landed(net: Any, st: Any, R: Any, p: int, now: float) -> None:
+    """EV_LAND (windowed scheduling): the tail of remote store ``p`` landed in the receiver's
+    domain. Its sender's side (``_packet_done``) runs at the same time in the sender's domain;
+    ``st.pf[p, 3]`` holds the send step, -1 once the receiver is done, ``-(step + 2)`` once the
+    sender is: the second of the two frees the packet."""
+    v = st.pf[p, 3]
+    nbytes = st.pi[p, PI_SIZE1]
+    if v >= 0.0:
+        n = int(v)
+        st.pf[p, 3] = -1.0
+    else:
+        n = int(-v - 2.0)
+        _free_packet(R, p)
+    _land(net, st, R, n, nbytes, now)
+
+
 @_jit
 def _packet_done(net: Any, st: Any, R: Any, p: int, now: float) -> None:
     """The tail of packet ``p`` reached the end of its path: free it; a store has landed."""
     js = st.pi[p, PI_USER0]
     kind = st.pi[p, PI_USER1]
-    f = R.rc[R_PK_FREE]
-    R.pk_free[f] = p
-    R.rc[R_PK_FREE] = f + 1
+    split = kind == K_REMOTE and st.ctr[C_NDOM] > 1  # the receiver's side is an EV_LAND
+    if not split:
+        _free_packet(R, p)
     if kind not in (K_STORE, K_REMOTE):
         return
     n = R.js_node[js]
@@ -1563,16 +1693,12 @@ def _packet_done(net: Any, st: Any, R: Any, p: int, now: float) -> None:
         if b >= R.hist.shape[0]:
             b = R.hist.shape[0] - 1
         R.hist[b] += w
-        g = R.n_gpu[n]
-        peer = R.n_peer[n]
-        R.landed[g, peer] += R.j_bytes[j]
-        m = R.match_recv[n]
-        R.n_land[m] -= R.j_bytes[j]
-        if R.n_land[m] <= 0 and R.n_state[m] == N_DATA:
-            if R.n_type[m] == T_RECV:
-                _complete(R, m, now)
-            else:
-                _start(net, st, R, m, now)
+        if not split:
+            _land(net, st, R, n, R.j_bytes[j], now)
+        elif st.pf[p, 3] == -1.0:
+            _free_packet(R, p)
+        else:
+            st.pf[p, 3] = -st.pf[p, 3] - 2.0
     ret = _response_ns(R, js, kind)
     if ret > 0.0:
         heap_push(st, now + ret, EV_RESPONSE_TAIL | (js << 3))
@@ -1603,48 +1729,114 @@ def _trace_sample(st: Any, R: Any, now: float) -> None:
         R.stat_f[S_TR_NEXT] = t + R.par_f[F_TRACE_DT]
 
 
+@_hot
+def _replay_event(net: Any, st: Any, R: Any, now: float, pay: int) -> None:
+    """Handle one replay event, then the steps and arbitrations it made ready."""
+    st.ctr[C_POPPED] += 1
+    kind = pay & 7
+    x = pay >> 3
+    if kind == EV_ARRIVE:
+        code = on_arrive(net, st, x, now)
+        if code != ARR_MOVING:
+            _packet_head(net, st, R, x, now)
+            if code == ARR_DELIVERED:
+                _packet_done(net, st, R, x, now)
+    elif kind == EV_WAKE:
+        on_wake(net, st, x, now)
+    elif kind == EV_HEAD:
+        request(net, st, x)
+    elif kind == EV_ROOM:
+        g = x // R.par_i[P_BLOCK]
+        _issue(net, st, R, g * R.par_i[P_CUS] + x - g * R.par_i[P_BLOCK] - R.par_i[P_CUSRC], now)
+    elif kind == EV_DELIVER:
+        _packet_done(net, st, R, x, now)
+    elif kind == EV_RESPONSE_TAIL:
+        _store_complete(net, st, R, x, now)
+    elif kind == EV_LAND:
+        _packet_landed(net, st, R, x, now)
+    else:
+        _slots_back_at_head(net, st, R, x, now)
+    # calls pass every state array (hundreds of scalars): only make them when needed
+    if R.rc[R_READY] > 0:
+        _drain_ready(net, st, R, now)
+    drain_arbitrations(net, st, now)
+
+
+@_jit
+def _start_domains(net: Any, st: Any, R: Any) -> None:
+    """Windowed scheduling, time 0: every step ready at the start, each in its GPU's domain."""
+    while R.rc[R_READY] > 0:
+        r = R.rc[R_READY] - 1
+        n = R.ready[r]
+        g = R.n_gpu[n]
+        if g != st.ctr[C_DOM]:  # a GPU's requests are arbitrated in its own domain
+            drain_arbitrations(net, st, 0.0)
+            st.ctr[C_DOM] = g
+        R.rc[R_READY] = r
+        _node_ready(net, st, R, n, 0.0)  # what it readies is on the same GPU
+    drain_arbitrations(net, st, 0.0)
+
+
+@_jit
+def _replay_windows(net: Any, st: Any, R: Any) -> int:
+    """The loop of :func:`replay_loop` with one event queue per GPU (domain), run window by
+    window: each domain in turn handles its events earlier than the window's end, the earliest
+    pending event of any domain plus ``F_WINDOW``. An event of one GPU reaches another GPU's
+    state only through an event posted at least the window ahead (``_post_arrival``: a flit's
+    arrival at the switch, a cable latency after its grant; a store's landing, a memory access
+    after its last grant), so no domain posts into a window another has finished: the order
+    is exact, and equal-time events of different GPUs run in GPU order."""
+    G = st.ctr[C_NDOM]
+    width = R.par_f[F_WINDOW]
+    margin = 16 * R.par_i[P_LIMIT] + 16 * 1024
+    end = -INF
+    while ev_count(st) > 0:
+        t0 = INF
+        for g in range(G):
+            st.ctr[C_DOM] = g
+            t = ev_top_time(st)
+            if t < end:  # posted into the window this domain has finished (the caller fails)
+                R.rc[R_LATE] += 1
+            if t < t0:
+                t0 = t
+        end = t0 + width
+        for g in range(G):
+            st.ctr[C_DOM] = g
+            while st.qn[g, 0] + st.qn[g, 1] > 0:
+                if st.qn[g, 0] + margin > heap_capacity(st):
+                    return NEED_HEAP
+                now, pay = ev_pop_before(net, st, end)
+                if pay < 0:
+                    break
+                _replay_event(net, st, R, now, pay)
+                if st.ctr[C_OVERFLOW]:
+                    return OVERFLOW
+    return DONE
+
+
 @_jit
 def replay_loop(net: Any, st: Any, R: Any) -> int:
     """Run the replay until no event is left (done, or deadlocked: the caller checks), or until
     the heap needs to grow (``NEED_HEAP``: grow it and call again)."""
+    windowed = st.ctr[C_NDOM] > 1
     if R.rc[R_INIT] == 0:
         R.rc[R_INIT] = 1
-        _drain_ready(net, st, R, 0.0)
-        drain_arbitrations(net, st, 0.0)
+        if windowed:
+            _start_domains(net, st, R)
+        else:
+            _drain_ready(net, st, R, 0.0)
+            drain_arbitrations(net, st, 0.0)
+    if windowed:
+        return _replay_windows(net, st, R)
     margin = 16 * R.par_i[P_LIMIT] + 16 * 1024
     tracing = R.par_f[F_TRACE_DT] > 0.0
     while ev_count(st) > 0:
         if st.ctr[C_HEAP_N] + margin > heap_capacity(st):
             return NEED_HEAP
         now, pay = ev_pop(net, st)
-        st.ctr[C_POPPED] += 1
         if tracing:
             _trace_sample(st, R, now)
-        kind = pay & 7
-        x = pay >> 3
-        if kind == EV_ARRIVE:
-            code = on_arrive(net, st, x, now)
-            if code != ARR_MOVING:
-                _packet_head(net, st, R, x, now)
-                if code == ARR_DELIVERED:
-                    _packet_done(net, st, R, x, now)
-        elif kind == EV_WAKE:
-            on_wake(net, st, x, now)
-        elif kind == EV_HEAD:
-            request(net, st, x)
-        elif kind == EV_ROOM:
-            g = x // R.par_i[P_BLOCK]
-            _issue(net, st, R, g * R.par_i[P_CUS] + x - g * R.par_i[P_BLOCK] - R.par_i[P_CUSRC], now)
-        elif kind == EV_DELIVER:
-            _packet_done(net, st, R, x, now)
-        elif kind == EV_RESPONSE_TAIL:
-            _store_complete(net, st, R, x, now)
-        else:
-            _slots_back_at_head(net, st, R, x, now)
-        # calls pass every state array (hundreds of scalars): only make them when needed
-        if R.rc[R_READY] > 0:
-            _drain_ready(net, st, R, now)
-        drain_arbitrations(net, st, now)
+        _replay_event(net, st, R, now, pay)
         if st.ctr[C_OVERFLOW]:
             return OVERFLOW
     return DONE

@@ -62,6 +62,10 @@ class SimOptions:
     credit_ring: int = 4
     issue_queue: int = 4  # packets a CU's issue queue holds before it stops starting new jobs (0: no limit)
     trace_samples: int = 512
+    # one event queue per GPU, run in windows of the shortest cross-GPU lookahead (docs/simulator.md
+    # §6): the same model, equal-time events of different GPUs in GPU order; not with trace,
+    # which samples every GPU at one time
+    windowed: bool = False
 
 
 @functools.lru_cache(maxsize=4)
@@ -293,9 +297,16 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *, packet
     n_cu = tb_cu[flat.node_tb].astype(np.int64)
     cus_used = np.unique((n_gpu * chip.cus + n_cu)[np.diff(n_job_ptr) > 0]).shape[0]
     slots = int(min(njobs, cus_used * limit)) + 1
-    packets = 2 * slots + 2
+    if opts.windowed and trace:
+        raise UsageError("windowed scheduling cannot record a trace (it samples every GPU at one time)")
+    window_ns = _window_ns(net, spec) if opts.windowed and ngpus > 1 else 0.0
+    domains = ngpus if window_ns > 0.0 else 1
+    # windowed, a remote store's packet is freed by the later of its two landing events (in the
+    # sender's and the receiver's domain), possibly after its job slot is in use again
+    packets = (2 if domains == 1 else 3) * slots + 2
     margin = 16 * limit + 16 * 1024
-    st = eng.make_state(net.net, packets, packets + 2 * margin, opts.credit_ring)
+    heap = packets + 2 * margin if domains == 1 else 2 * margin + 4 * packets // domains
+    st = eng.make_state(net.net, packets, heap, opts.credit_ring, domains, net.block)
 
     m_send = dag.match_send.astype(np.int64)
     n_land = np.where(m_send >= 0, n_bytes[np.maximum(m_send, 0)], 0).astype(np.int64)
@@ -312,7 +323,8 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *, packet
     sends = np.flatnonzero(n_addr[:, 3] >= 0)
     np.add.at(lb_sent, (n_gpu[sends], n_peer[sends]), n_bytes[sends])
     lower = _lower_bound(spec, net, lb_sent)
-    par_f = np.array([opts.hist_bin_ns, max(1.0, lower / 200.0) if trace else 0.0], dtype=np.float64)
+    par_f = np.array([opts.hist_bin_ns, max(1.0, lower / 200.0) if trace else 0.0, window_ns],
+                     dtype=np.float64)
     stat_f = np.zeros(8, dtype=np.float64)
     R = eng.Replay(
         flat.code.astype(np.int8), n_gpu.astype(np.int32), n_cu.astype(np.int32), n_peer.astype(np.int32),
@@ -346,10 +358,30 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *, packet
             raise SimulationError(f"internal error: replay pools overflowed "
                                   f"(code {int(R.rc[eng.R_LOSTJOB])})")
         break
+    if st.ctr[eng.C_FOREIGN] or R.rc[eng.R_LATE]:
+        raise SimulationError(f"internal error: windowed scheduling was not exact "
+                              f"({int(st.ctr[eng.C_FOREIGN])} grants outside their GPU's window, "
+                              f"{int(R.rc[eng.R_LATE])} events posted into a finished window)")
     if R.rc[eng.R_DONE] < nn:
         raise SimulationError(_deadlock_message(flat, dag, R))
     return _result(plan, spec, size_bytes, psize, seed, flat, dag, net, st, R, layout, tb_cu, lower,
-                   lb_sent, njobs, started, trace, size_fit(plan, size_bytes, opts.element_bytes))
+                   lb_sent, njobs, started, trace, size_fit(plan, size_bytes, opts.element_bytes), window_ns)
+
+
+def _window_ns(net: PodNet, spec: TopologySpec) -> float:
+    """The window of windowed scheduling (``docs/simulator.md`` §6): the least time between an
+    event of one GPU and its first effect on another's state, that is the shorter of a scale-up
+    up-link's latency (a flit's way to the switch) and the memory access (a remote store's
+    landing is known when its access starts). Exact only if a flit leaving the switch or
+    landing in a stack touches no state of the edge it came by (no credit, no FIFO order):
+    raises ``UsageError`` for a topology whose buffers there are bounded or ordered."""
+    P, S = spec.chip.io_ports, spec.chip.hbm_stacks
+    ends = np.r_[net.up:net.up + P, net.access:net.access + S]
+    cols = net.net.ei[ends]
+    if (cols[:, eng.EI_CAP] >= 0).any() or cols[:, eng.EI_FIFO].any():
+        raise UsageError(f"windowed scheduling needs unbounded, unordered buffers at the switch and the "
+                         f"stacks' access; topology {spec.name!r} bounds or orders them")
+    return float(min(net.edge_lat[net.up:net.up + P].min(), net.edge_lat[net.access:net.access + S].min()))
 
 
 def _response_ns_by_segment(spec: TopologySpec, net: PodNet) -> npt.NDArray[np.float64]:
@@ -390,7 +422,7 @@ def _chip_links(net: PodNet, e_bytes: I64, util: npt.NDArray[np.float64]) -> Chi
 
 def _result(plan: Plan, spec: TopologySpec, size_bytes: int, psize: int, seed: int, flat: FlatPlan,
             dag: ReplayDag, net: PodNet, st: Any, R: Any, layout: MemoryLayout, tb_cu: I64, lower: float,
-            sent: I64, njobs: int, started: float, trace: bool, fit: SizeFit) -> SimResult:
+            sent: I64, njobs: int, started: float, trace: bool, fit: SizeFit, window_ns: float) -> SimResult:
     chip = spec.chip
     ngpus = plan.ngpus
     nn = flat.num_nodes
@@ -477,4 +509,5 @@ def _result(plan: Plan, spec: TopologySpec, size_bytes: int, psize: int, seed: i
         trace_time_ns=R.tr_time[:ntr].copy(),
         trace_port_bytes=np.ascontiguousarray(tr_bytes).astype(np.int64),
         size_fit=fit,
+        window_ns=window_ns,
     )

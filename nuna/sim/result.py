@@ -141,6 +141,8 @@ class SimResult:
     # how the size splits into the plan's chunks (padding, whether an executor would select
     # the plan at this size): nuna.plan.verify.size_fit, as the replay used it
     size_fit: SizeFit = field(repr=False)
+    # windowed scheduling's window (SimOptions.windowed), 0 when events ran in one global order
+    window_ns: float = 0.0
 
     @property
     def padding_bytes(self) -> int:
@@ -207,6 +209,7 @@ class SimResult:
             "steps": self.steps,
             "jobs": self.jobs,
             "events": self.events,
+            "window_ns": self.window_ns,
             "wall_s": self.wall_s,
         }
         if chip_links:

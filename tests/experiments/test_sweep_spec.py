@@ -26,6 +26,7 @@ from nuna.experiments.spec import (
     parse_sweep_spec,
     point_id,
     restrict_grid,
+    windowed_spec,
 )
 
 BASE: dict[str, Any] = {
@@ -227,7 +228,7 @@ POINT = Point(collective="allgather", gpus=8, size_bytes=10**6, config="NAP+NAR"
 changes = st.sampled_from([
     ("collective", "allreduce"), ("gpus", 16), ("size_bytes", 10**6 + 1), ("config", "NAP*+NAR"),
     ("nar_granularity", AUTO), ("nar_granularity", 12), ("tbs_per_peer", 2), ("topology", "mi300x-like"),
-    ("gemm_bytes", 1), ("algo", "ring"), ("packet_bytes", AUTO), ("seed", 1),
+    ("gemm_bytes", 1), ("algo", "ring"), ("packet_bytes", AUTO), ("seed", 1), ("windowed", True),
 ])
 
 
@@ -253,8 +254,28 @@ def test_as_dict_names_every_field_and_is_json_data() -> None:
     import json
 
     data = POINT.as_dict()
+    # "windowed" only when set, so that the ids of points stored before it existed still hold
+    assert "windowed" not in data
+    data = dataclasses.replace(POINT, windowed=True).as_dict()
     assert set(data) == {f.name for f in dataclasses.fields(Point)}
     assert json.loads(json.dumps(data)) == data
+
+
+def test_windowed_is_a_fixed_setting_of_its_own(write_spec: Callable[..., Path]) -> None:
+    plain = parse_sweep_spec(BASE)
+    spec = parse_sweep_spec(_with("fixed", "windowed", True))
+    assert not plain.windowed
+    assert spec.windowed
+    assert all(p.windowed for p in expand(spec))
+    assert spec.to_json()["fixed"]["windowed"] is True
+    assert "windowed" not in plain.to_json()["fixed"]
+    # a figure run with --windowed is a sweep of its own, whatever the command line restricts
+    named = windowed_spec(restrict_grid(plain, {"gpus": ["4"]}))
+    assert named.name.endswith("-windowed")
+    assert all(p.windowed for p in expand(named))
+    assert restrict_grid(spec, {"gpus": ["4"]}).windowed
+    with pytest.raises(InputError, match=r"\[fixed\] windowed.*true or false"):
+        parse_sweep_spec(_with("fixed", "windowed", "yes"))
 
 
 def test_spec_equality_ignores_source() -> None:
