@@ -9,6 +9,7 @@ placement):
 - 8 GPUs, 1 MB, 1,008 threadblocks per GPU, 256-byte flits (target <= 2 s);
 - 64 GPUs, 1 MB, 256-byte flits (target <= 20 s);
 - 64 GPUs, 1 GB, ``--packet-bytes auto`` (target <= 120 s);
+- both 64-GPU cases again with windowed scheduling (``SimOptions.windowed``, ``--windowed``);
 - error of ``auto`` and of forced packet sizes against 256-byte flits where both run.
 
 Wall time is what a user waits; CPU time is shown too because the machine may be shared.
@@ -29,20 +30,22 @@ from typing import Any
 HERE = Path(__file__).resolve()
 
 
-def _case(name: str, gpus: int, size: int, tbs: int, packet: str) -> dict[str, Any]:
+def _case(name: str, gpus: int, size: int, tbs: int, packet: str, windowed: bool = False) -> dict[str, Any]:
     """Run one replay in this process and return its figures."""
     import resource
 
     from nuna.plan.generate import generate
-    from nuna.sim import simulate
+    from nuna.sim import SimOptions, simulate
     from nuna.topology.spec import load_topology
 
     spec = load_topology("nuna-4die")
+    options = SimOptions(windowed=windowed)
     plan = generate("allgather", gpus, algo="direct", tbs_per_peer=tbs)
     # load the compiled kernels from numba's cache first: start-up is reported separately
-    simulate(generate("allgather", 2), spec, 4096)
+    simulate(generate("allgather", 2), spec, 4096, options=options)
     wall0, cpu0 = time.perf_counter(), time.process_time()
-    res = simulate(plan, spec, size, packet_bytes=packet if packet == "auto" else int(packet))
+    packet_bytes = packet if packet == "auto" else int(packet)
+    res = simulate(plan, spec, size, packet_bytes=packet_bytes, options=options)
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
     lat = res.remote_store_latency
     return {"case": name, "wall_s": wall, "cpu_s": cpu, "events": res.events,
@@ -90,8 +93,8 @@ def main() -> None:
         if args.case == "compile":
             print(json.dumps(_compile_probe()))
         else:
-            name, gpus, size, tbs, packet = args.case.split(":")
-            print(json.dumps(_case(name, int(gpus), int(size), int(tbs), packet)))
+            name, gpus, size, tbs, packet, *flags = args.case.split(":")
+            print(json.dumps(_case(name, int(gpus), int(size), int(tbs), packet, "windowed" in flags)))
         return
 
     with tempfile.TemporaryDirectory() as cache:
@@ -109,9 +112,12 @@ def main() -> None:
     print(_row(small, 2.0))
     big = _spawn(["--case", f"64 GPUs 1 MB:64:{1_000_000}:1:256"])
     print(_row(big, 20.0))
+    print(_row(_spawn(["--case", f"64 GPUs 1 MB windowed:64:{1_000_000}:1:256:windowed"]), 20.0))
     if not args.quick:
         huge = _spawn(["--case", f"64 GPUs 1 GB auto:64:{1_000_000_000}:1:auto"])
         print(_row(huge, 120.0))
+        windowed = _spawn(["--case", f"64 GPUs 1 GB auto windowed:64:{1_000_000_000}:1:auto:windowed"])
+        print(_row(windowed, 120.0))
     print("Mev/s = flit-hop events (grants of physical edges) per CPU second of the whole replay "
           "(target >= 3); peak = max RSS of the case's process (target <= 4096 MiB)")
 
