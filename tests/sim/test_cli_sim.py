@@ -117,3 +117,21 @@ def test_simulate_config_rewrites_before_the_replay(run_cli, tmp_path) -> None:
     bad = run_cli("simulate", plan_path, "--size", "100kB", "--config", "BOGUS")
     assert bad.code == 1
     assert bad.err.count("\n") == 1
+
+
+def test_simulate_windowed(run_cli, plan_file: Path, tmp_path: Path) -> None:
+    out, plain = tmp_path / "w.json", tmp_path / "p.json"
+    assert run_cli("simulate", plan_file, "--size", "256kB", "--json", plain).code == 0
+    res = run_cli("simulate", plan_file, "--size", "256kB", "--windowed", "--json", out)
+    assert res.code == 0, res.err
+    windowed, one_queue = json.loads(out.read_text()), json.loads(plain.read_text())
+    assert windowed["window_ns"] > 0
+    assert one_queue["window_ns"] == 0
+    assert windowed["events"] == one_queue["events"]
+    # a trace samples every GPU at one time: refused in one line, nothing written
+    trace = tmp_path / "t.json"
+    res = run_cli("simulate", plan_file, "--size", "256kB", "--windowed", "--trace", trace)
+    assert res.code != 0
+    assert "windowed scheduling cannot record a trace" in res.err
+    assert "Traceback" not in res.err
+    assert not trace.exists()
