@@ -92,7 +92,12 @@ C_NDOM = 8  # event-queue domains (1, or one per GPU for windowed scheduling)
 C_DOM = 9  # the domain whose events are being processed: pushes go to its queue
 C_BLOCK = 10  # edges per domain (edge ``e`` belongs to domain ``e // block``)
 C_FOREIGN = 11  # windowed: grants of an edge outside the current domain (must stay 0)
-NCTR = 12
+# the event queues' shape, kept here because the hot path would otherwise divide array sizes
+# at every push and pop (an integer division costs tens of cycles)
+C_QD = 12  # delay-class rings per domain
+C_QC = 13  # slots per ring (a power of two)
+C_HROWS = 14  # rows per domain's heap
+NCTR = 15
 
 # State.ef columns (per edge, floats; one 64-byte row): latency, ns per byte, credit delay,
 # head set-up (static); link idle from, input port idle from, earliest pending wake, busy time
@@ -250,10 +255,12 @@ def _new_heap(events: int, domains: int = 1) -> tuple[F8, I8]:
 _PAY_BITS = 28
 
 
-def make_state(net: Any, packets: int, heap: int, ring: int, domains: int = 1, block: int = 0) -> Any:
+def make_state(net: Any, packets: int, heap: int, ring: int, domains: int = 1, block: int = 0,
+               in_flight: int = 0) -> Any:
     """Fresh engine state for ``packets`` packet slots and a heap of ``heap`` events; with
     ``domains`` > 1, one event queue (a heap of ``heap`` events and its rings) per domain of
-    ``block`` edges (see :func:`replay_loop`)."""
+    ``block`` edges (see :func:`replay_loop`). ``in_flight``: about the most packets in flight
+    at once, which sizes the rings (default ``packets``)."""
     E = num_edges(net)
     P = max(1, packets)
     if max(P, E) >= 1 << (_PAY_BITS - 3):
@@ -277,11 +284,16 @@ def make_state(net: Any, packets: int, heap: int, ring: int, domains: int = 1, b
     ei = rows[:, NEF:].view(np.int32)
     ei[:] = net.ei
     h, hk = _new_heap(max(16, heap), G)
-    # rings: a class holds at most one arrival per packet; beyond 2**18 events the heap takes them
-    # (a domain's: about its share of the packets; the heap takes what does not fit)
+    ctr[C_HROWS] = h.shape[0] // G
+    # rings: a class holds at most one arrival per packet in flight; beyond 2**18 events the heap
+    # takes them (a domain's: about its share; the heap takes what does not fit). A ring's head
+    # moves round all of its slots, so every slot becomes resident: with 64 domains, rings sized
+    # from the packet slots instead of the packets in flight took 2.3 GB (docs/simulator.md §6).
     D = max(1, int(net.ei[:, EI_DCLASS].max()) + 1 if E else 1)
-    C = 1 << min(18, max(4, int(P // G).bit_length()))
+    C = 1 << min(18, max(4, int((in_flight or P) // G).bit_length()))
     fq = _aligned(2 * G * D * C).reshape(G * D * C, 2)
+    ctr[C_QD] = D
+    ctr[C_QC] = C
     # 32-byte packet rows: a row never straddles two cache lines
     K = int(net.ei[:, EI_WCLASS].max()) + 1 if E else 1
     return State(ef, ei, np.zeros(max(1, E), np.int32), vf, pi, _aligned(4 * P).reshape(P, 4),
@@ -308,14 +320,16 @@ def grow_heap(st: Any, events: int) -> Any:
     rows_old, rows_new = st.heap.shape[0] // G, h.shape[0] // G
     for g in range(G):
         h[g * rows_new:g * rows_new + rows_old] = st.heap[g * rows_old:(g + 1) * rows_old]
-    return st._replace(heap=h, heapk=hk)
+    ctr = st.ctr.copy()
+    ctr[C_HROWS] = rows_new
+    return st._replace(heap=h, heapk=hk, ctr=ctr)
 
 
 @_hot
 def heap_capacity(st: Any) -> int:
     """Events each heap of ``st`` can hold (its first three rows pad the root's children onto
     one cache line, see :func:`_new_heap`)."""
-    return st.heap.shape[0] // st.qn.shape[0] - 3
+    return st.ctr[C_HROWS] - 3
 
 
 # --- event heap --------------------------------------------------------------------------
@@ -332,7 +346,7 @@ def heap_push_to(st: Any, g: int, t: float, pay: int) -> None:
     if n >= cap:
         ctr[C_OVERFLOW] = 1
         return
-    b = g * (h.shape[0] // st.qn.shape[0]) + 3  # row of the domain's root
+    b = g * ctr[C_HROWS] + 3  # row of the domain's root
     key = (ctr[C_SEQ] << _PAY_BITS) | pay
     ctr[C_SEQ] += 1
     i = n
@@ -364,7 +378,7 @@ def heap_pop(st: Any) -> tuple[float, int]:
     h = st.heap
     hk = st.heapk
     g = st.ctr[C_DOM]
-    b = g * (h.shape[0] // st.qn.shape[0]) + 3
+    b = g * st.ctr[C_HROWS] + 3
     n = st.qn[g, 0] - 1
     t0 = h[b, 0]
     p0 = hk[b, 1] & ((1 << _PAY_BITS) - 1)
@@ -404,7 +418,7 @@ def heap_top_time(st: Any) -> float:
     g = st.ctr[C_DOM]
     if st.qn[g, 0] == 0:
         return INF
-    return st.heap[g * (st.heap.shape[0] // st.qn.shape[0]) + 3, 0]
+    return st.heap[g * st.ctr[C_HROWS] + 3, 0]
 
 
 # --- the event queue: the heap plus one FIFO per delay class ------------------------------
@@ -458,8 +472,8 @@ def ev_push_to(st: Any, g: int, cls: int, t: float, pay: int) -> None:
     keeps the ring sorted and fits, else in the heap."""
     if cls >= 0:
         fqs = st.fqs
-        C = st.fq.shape[0] // fqs.shape[0]
-        q = g * (fqs.shape[0] // st.qn.shape[0]) + cls  # the domain's ring of this class
+        C = st.ctr[C_QC]
+        q = g * st.ctr[C_QD] + cls  # the domain's ring of this class
         n = fqs[q, 1]
         if n < C:
             last = q * C + ((fqs[q, 0] + n - 1) & (C - 1))
@@ -495,7 +509,7 @@ def ev_top_time(st: Any) -> float:
     """Time of the current domain's earliest event (inf when it has none)."""
     t = heap_top_time(st)
     fqh = st.fqh
-    D = fqh.shape[0] // st.qn.shape[0]
+    D = st.ctr[C_QD]
     q0 = st.ctr[C_DOM] * D
     for c in range(q0, q0 + D):
         if fqh[c] < t:
@@ -561,7 +575,7 @@ def ev_pop_before(net: Any, st: Any, before: float) -> tuple[float, int]:
     ``(its time, -1)`` and nothing is removed."""
     fqh = st.fqh
     g = st.ctr[C_DOM]
-    D = fqh.shape[0] // st.qn.shape[0]
+    D = st.ctr[C_QD]
     best = -1
     bt = heap_top_time(st)
     for c in range(g * D, g * D + D):
@@ -570,10 +584,10 @@ def ev_pop_before(net: Any, st: Any, before: float) -> tuple[float, int]:
             best = c
             bt = t
         elif t == bt and t < INF:
-            C = st.fq.shape[0] // fqh.shape[0]
+            C = st.ctr[C_QC]
             key = st.fqk[c * C + st.fqs[c, 0], 1]
             if best < 0:
-                other = st.heapk[g * (st.heap.shape[0] // st.qn.shape[0]) + 3, 1]
+                other = st.heapk[g * st.ctr[C_HROWS] + 3, 1]
             else:
                 other = st.fqk[best * C + st.fqs[best, 0], 1]
             if key < other:
@@ -583,7 +597,7 @@ def ev_pop_before(net: Any, st: Any, before: float) -> tuple[float, int]:
     if best < 0:
         return heap_pop(st)
     fqs = st.fqs
-    C = st.fq.shape[0] // fqh.shape[0]
+    C = st.ctr[C_QC]
     h = fqs[best, 0]
     key = st.fqk[best * C + h, 1]
     n = fqs[best, 1] - 1

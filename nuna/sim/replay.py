@@ -306,7 +306,9 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *, packet
     packets = (2 if domains == 1 else 3) * slots + 2
     margin = 16 * limit + 16 * 1024
     heap = packets + 2 * margin if domains == 1 else 2 * margin + 4 * packets // domains
-    st = eng.make_state(net.net, packets, heap, opts.credit_ring, domains, net.block)
+    # a packet of m lines holds m request slots: about packets / m are in flight at once
+    in_flight = packets // max(1, psize // line)
+    st = eng.make_state(net.net, packets, heap, opts.credit_ring, domains, net.block, in_flight)
 
     m_send = dag.match_send.astype(np.int64)
     n_land = np.where(m_send >= 0, n_bytes[np.maximum(m_send, 0)], 0).astype(np.int64)
