@@ -1,0 +1,43 @@
+"""The A/B timing tool's own logic (``benchmarks/ab.py``): case parsing and the summary it prints.
+Running it needs a second compiled engine (minutes), so that is left to its users."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+
+def _ab() -> ModuleType:
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "ab.py"
+    spec = importlib.util.spec_from_file_location("nuna_bench_ab", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_parses_cases() -> None:
+    ab = _ab()
+    case = ab.parse_case("allgather:64:1MiB:1:256:windowed")
+    c = case
+    fields = (c.collective, c.gpus, c.size_bytes, c.tbs_per_peer, c.packet_bytes, c.windowed)
+    assert fields == ("allgather", 64, 1 << 20, 1, 256, True)
+    auto = ab.parse_case("alltoall:8:100kB:4:auto")
+    assert (auto.size_bytes, auto.packet_bytes, auto.windowed) == (100_000, "auto", False)
+    for bad in ("allgather:8:1MiB:1", "allgather:8:1MiB:1:256:fast", "allgather:x:1MiB:1:256",
+                "allgather:8:1XB:1:256"):
+        with pytest.raises(ValueError, match="case"):
+            ab.parse_case(bad)
+
+
+def test_summary_is_best_and_median_with_speedup_of_new_over_base() -> None:
+    s = _ab().summarize({"base": [9.0, 6.0, 12.0, 7.0, 8.0], "new": [5.0, 4.0, 9.0]})
+    assert (s["base_best"], s["base_median"], s["new_best"], s["new_median"]) == (6.0, 8.0, 4.0, 5.0)
+    assert s["speedup_best"] == pytest.approx(1.5)
+    assert s["speedup_median"] == pytest.approx(1.6)
