@@ -1792,47 +1792,21 @@ def _start_domains(net: Any, st: Any, R: Any) -> None:
 
 
 @_jit
-def _replay_windows(net: Any, st: Any, R: Any) -> int:
-    """The loop of :func:`replay_loop` with one event queue per GPU (domain), run window by
-    window: each domain in turn handles its events earlier than the window's end, the earliest
-    pending event of any domain plus ``F_WINDOW``. An event of one GPU reaches another GPU's
-    state only through an event posted at least the window ahead (``_post_arrival``: a flit's
-    arrival at the switch, a cable latency after its grant; a store's landing, a memory access
-    after its last grant), so no domain posts into a window another has finished: the order
-    is exact, and equal-time events of different GPUs run in GPU order."""
-    G = st.ctr[C_NDOM]
-    width = R.par_f[F_WINDOW]
-    margin = 16 * R.par_i[P_LIMIT] + 16 * 1024
-    end = -INF
-    while ev_count(st) > 0:
-        t0 = INF
-        for g in range(G):
-            st.ctr[C_DOM] = g
-            t = ev_top_time(st)
-            if t < end:  # posted into the window this domain has finished (the caller fails)
-                R.rc[R_LATE] += 1
-            if t < t0:
-                t0 = t
-        end = t0 + width
-        for g in range(G):
-            st.ctr[C_DOM] = g
-            while st.qn[g, 0] + st.qn[g, 1] > 0:
-                if st.qn[g, 0] + margin > heap_capacity(st):
-                    return NEED_HEAP
-                now, pay = ev_pop_before(net, st, end)
-                if pay < 0:
-                    break
-                _replay_event(net, st, R, now, pay)
-                if st.ctr[C_OVERFLOW]:
-                    return OVERFLOW
-    return DONE
-
-
-@_jit
 def replay_loop(net: Any, st: Any, R: Any) -> int:
     """Run the replay until no event is left (done, or deadlocked: the caller checks), or until
-    the heap needs to grow (``NEED_HEAP``: grow it and call again)."""
-    windowed = st.ctr[C_NDOM] > 1
+    the heap needs to grow (``NEED_HEAP``: grow it and call again).
+
+    With one event queue per GPU (domain, ``C_NDOM`` > 1: windowed scheduling) the loop runs
+    window by window: each domain in turn handles its events earlier than the window's end, the
+    earliest pending event of any domain plus ``F_WINDOW``. An event of one GPU reaches another
+    GPU's state only through an event posted at least the window ahead (``_post_arrival``: a
+    flit's arrival at the switch, a cable latency after its grant; a store's landing, a memory
+    access after its last grant), so no domain posts into a window another has finished: the
+    order is exact, and equal-time events of different GPUs run in GPU order. With one queue
+    the window never ends. Both modes share this one loop, so the event handling inlined into
+    it is compiled once (two loops doubled numba's cold compile)."""
+    G = st.ctr[C_NDOM]
+    windowed = G > 1
     if R.rc[R_INIT] == 0:
         R.rc[R_INIT] = 1
         if windowed:
@@ -1840,14 +1814,39 @@ def replay_loop(net: Any, st: Any, R: Any) -> int:
         else:
             _drain_ready(net, st, R, 0.0)
             drain_arbitrations(net, st, 0.0)
-    if windowed:
-        return _replay_windows(net, st, R)
     margin = 16 * R.par_i[P_LIMIT] + 16 * 1024
     tracing = R.par_f[F_TRACE_DT] > 0.0
-    while ev_count(st) > 0:
-        if st.ctr[C_HEAP_N] + margin > heap_capacity(st):
+    width = R.par_f[F_WINDOW]
+    # windowed: start with a new window (also when called again after NEED_HEAP: a window cut
+    # short restarts at the earliest pending event, which keeps every post ahead of every
+    # domain's progress)
+    end = -INF if windowed else INF
+    g = G if windowed else 0
+    while True:
+        if g == G:  # every domain ran the window: open the next
+            if ev_count(st) == 0:
+                break
+            t0 = INF
+            for d in range(G):
+                st.ctr[C_DOM] = d
+                t = ev_top_time(st)
+                if t < end:  # posted into the window this domain has finished (the caller fails)
+                    R.rc[R_LATE] += 1
+                if t < t0:
+                    t0 = t
+            end = t0 + width
+            g = 0
+            st.ctr[C_DOM] = 0
+        elif not windowed and ev_count(st) == 0:
+            break
+        if st.qn[g, 0] + margin > heap_capacity(st):
             return NEED_HEAP
-        now, pay = ev_pop(net, st)
+        now, pay = ev_pop_before(net, st, end)
+        if pay < 0:  # windowed: this domain is done with the window
+            g += 1
+            if g < G:
+                st.ctr[C_DOM] = g
+            continue
         if tracing:
             _trace_sample(st, R, now)
         _replay_event(net, st, R, now, pay)

@@ -199,3 +199,26 @@ def test_full_rings_spill_into_the_heap_exactly(spec, monkeypatch: pytest.Monkey
     assert tight.events == roomy.events
     assert tight.time_ns == roomy.time_ns
     assert tight.remote_store_latency.mean_ns == roomy.remote_store_latency.mean_ns
+
+
+@pytest.mark.parametrize("windowed", [False, True])
+def test_a_heap_grown_mid_replay_resumes_exactly(spec, monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+                                                 windowed: bool) -> None:
+    # the loop returns NEED_HEAP when a heap nears its capacity and is called again on a grown
+    # copy; windowed, the window it was in restarts at the earliest pending event
+    from nuna.sim import replay
+
+    plan = generate("allgather", 4, tbs_per_peer=4)
+    options = SimOptions(windowed=windowed)
+    roomy = simulate(plan, spec, 512 * 1024, options=options)
+    margin = 16 * spec.chip.max_outstanding_requests_per_cu + 16 * 1024  # the loop's reserve
+    make_state, grow_heap = eng.make_state, eng.grow_heap
+    grown: list[int] = []
+    monkeypatch.setattr(replay.eng, "make_state",
+                        lambda net, packets, heap, *a: make_state(net, packets, margin + 64, *a))
+    monkeypatch.setattr(replay.eng, "grow_heap", lambda st, n: grown.append(n) or grow_heap(st, n))
+    tight = simulate(plan, spec, 512 * 1024, options=options)
+    assert grown  # the heap did grow during the replay
+    assert tight.events == roomy.events
+    assert tight.time_ns == roomy.time_ns
+    assert tight.remote_store_latency.mean_ns == roomy.remote_store_latency.mean_ns
