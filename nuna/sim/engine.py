@@ -1804,7 +1804,7 @@ def replay_loop(net: Any, st: Any, R: Any) -> int:
     access after its last grant), so no domain posts into a window another has finished: the
     order is exact, and equal-time events of different GPUs run in GPU order. With one queue
     the window never ends. Both modes share this one loop, so the event handling inlined into
-    it is compiled once (two loops doubled numba's cold compile)."""
+    it is compiled once (a second loop made numba's cold compile a third longer)."""
     G = st.ctr[C_NDOM]
     windowed = G > 1
     if R.rc[R_INIT] == 0:
