@@ -7,6 +7,7 @@ already run (an internal error otherwise), so every case here also exercises tho
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 import pytest
@@ -182,23 +183,31 @@ def test_rings_are_sized_from_the_packets_in_flight() -> None:
     assert slots(eng.make_state(mesh.net, 100_000, 64, 1, 4, 1, in_flight=1)) == 16
 
 
-@pytest.mark.parametrize("windowed", [False, True])
-def test_full_rings_spill_into_the_heap_exactly(spec, monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
-                                                 windowed: bool) -> None:
-    # rings too small for the packets in flight leave their events to the heap, in the same
-    # (time, insertion) order: the replay is the same to the last bit
+def _same_replay_with(spec, monkeypatch: pytest.MonkeyPatch, windowed: bool,  # type: ignore[no-untyped-def]
+                      **engine_patches: Any) -> None:
+    """A 4-GPU allgather replays to the same bit with ``engine_patches`` set on the replay's
+    engine functions as without them."""
     from nuna.sim import replay
 
     plan = generate("allgather", 4, tbs_per_peer=4)
     options = SimOptions(windowed=windowed)
-    roomy = simulate(plan, spec, 512 * 1024, options=options)
+    plain = simulate(plan, spec, 512 * 1024, options=options)
+    for name, patch in engine_patches.items():
+        monkeypatch.setattr(replay.eng, name, patch)
+    patched = simulate(plan, spec, 512 * 1024, options=options)
+    assert patched.events == plain.events
+    assert patched.time_ns == plain.time_ns
+    assert patched.remote_store_latency.mean_ns == plain.remote_store_latency.mean_ns
+
+
+@pytest.mark.parametrize("windowed", [False, True])
+def test_full_rings_spill_into_the_heap_exactly(spec, monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+                                                 windowed: bool) -> None:
+    # rings too small for the packets in flight leave their events to the heap, in the same
+    # (time, insertion) order
     make_state = eng.make_state
-    monkeypatch.setattr(replay.eng, "make_state",
-                        lambda *a, **k: make_state(*a[:6], in_flight=1))  # 16 slots per ring
-    tight = simulate(plan, spec, 512 * 1024, options=options)
-    assert tight.events == roomy.events
-    assert tight.time_ns == roomy.time_ns
-    assert tight.remote_store_latency.mean_ns == roomy.remote_store_latency.mean_ns
+    _same_replay_with(spec, monkeypatch, windowed,
+                      make_state=lambda *a, **k: make_state(*a[:6], in_flight=1))  # 16 slots per ring
 
 
 @pytest.mark.parametrize("windowed", [False, True])
@@ -206,19 +215,10 @@ def test_a_heap_grown_mid_replay_resumes_exactly(spec, monkeypatch: pytest.Monke
                                                  windowed: bool) -> None:
     # the loop returns NEED_HEAP when a heap nears its capacity and is called again on a grown
     # copy; windowed, the window it was in restarts at the earliest pending event
-    from nuna.sim import replay
-
-    plan = generate("allgather", 4, tbs_per_peer=4)
-    options = SimOptions(windowed=windowed)
-    roomy = simulate(plan, spec, 512 * 1024, options=options)
     margin = 16 * spec.chip.max_outstanding_requests_per_cu + 16 * 1024  # the loop's reserve
     make_state, grow_heap = eng.make_state, eng.grow_heap
     grown: list[int] = []
-    monkeypatch.setattr(replay.eng, "make_state",
-                        lambda net, packets, heap, *a: make_state(net, packets, margin + 64, *a))
-    monkeypatch.setattr(replay.eng, "grow_heap", lambda st, n: grown.append(n) or grow_heap(st, n))
-    tight = simulate(plan, spec, 512 * 1024, options=options)
+    _same_replay_with(spec, monkeypatch, windowed,
+                      make_state=lambda net, packets, heap, *a: make_state(net, packets, margin + 64, *a),
+                      grow_heap=lambda st, n: grown.append(n) or grow_heap(st, n))
     assert grown  # the heap did grow during the replay
-    assert tight.events == roomy.events
-    assert tight.time_ns == roomy.time_ns
-    assert tight.remote_store_latency.mean_ns == roomy.remote_store_latency.mean_ns
