@@ -80,14 +80,13 @@ EV_RESPONSE_TAIL = 6  # replay: the write response for one of job slot ``id``'s 
 EV_LAND = 7  # windowed replay: the tail of packet ``id`` lands in a GPU other than its sender's
 
 #: Indices into the ``ctr`` array of scalar counters.
-C_HEAP_N = 0  # events in the heap
+# 0 and 7: unused (the queues' event counts are in State.qn)
 C_SEQ = 1  # next sequence number
 C_EVENTS = 2  # flit-hop events: grants of physical edges
 C_STACK_N = 3  # edges waiting for arbitration at the current time
 C_OVERFLOW = 4  # 1 when a fixed-size array ran out of room
 C_POPPED = 5  # heap events processed
 C_RING = 6  # credit-return slots per virtual channel
-C_FQ_N = 7  # events in the delay-class FIFOs
 C_NDOM = 8  # event-queue domains (1, or one per GPU for windowed scheduling)
 C_DOM = 9  # the domain whose events are being processed: pushes go to its queue
 C_BLOCK = 10  # edges per domain (edge ``e`` belongs to domain ``e // block``)
@@ -362,7 +361,6 @@ def heap_push_to(st: Any, g: int, t: float, pay: int) -> None:
     h[b + i, 0] = t
     hk[b + i, 1] = key
     st.qn[g, 0] = n + 1
-    ctr[C_HEAP_N] += 1
 
 
 @_hot
@@ -383,7 +381,6 @@ def heap_pop(st: Any) -> tuple[float, int]:
     t0 = h[b, 0]
     p0 = hk[b, 1] & ((1 << _PAY_BITS) - 1)
     st.qn[g, 0] = n
-    st.ctr[C_HEAP_N] -= 1
     if n > 0:
         t = h[b + n, 0]
         s = hk[b + n, 1]
@@ -485,7 +482,6 @@ def ev_push_to(st: Any, g: int, cls: int, t: float, pay: int) -> None:
                 ctr[C_SEQ] += 1
                 fqs[q, 1] = n + 1
                 st.qn[g, 1] += 1
-                ctr[C_FQ_N] += 1
                 if n == 0:
                     st.fqh[q] = t
                 return
@@ -501,7 +497,10 @@ def ev_push(st: Any, cls: int, t: float, pay: int) -> None:
 @_hot
 def ev_count(st: Any) -> int:
     """Events in every domain's queue."""
-    return st.ctr[C_HEAP_N] + st.ctr[C_FQ_N]
+    n = 0
+    for g in range(st.qn.shape[0]):
+        n += st.qn[g, 0] + st.qn[g, 1]
+    return n
 
 
 @_hot
@@ -605,7 +604,6 @@ def ev_pop_before(net: Any, st: Any, before: float) -> tuple[float, int]:
     fqs[best, 0] = h
     fqs[best, 1] = n
     st.qn[g, 1] -= 1
-    st.ctr[C_FQ_N] -= 1
     if n > 0:
         fqh[best] = st.fq[best * C + h, 0]
         if n > _PF_AHEAD:
@@ -1080,7 +1078,7 @@ def noc_loop(net: Any, st: Any, b_time: Any, b_seg: Any, b_size: Any, deliver: A
     now = 0.0
     margin = 4 * st.ef.shape[0] + 64
     while pending > 0:
-        if st.ctr[C_HEAP_N] + margin > heap_capacity(st):
+        if st.qn[0, 0] + margin > heap_capacity(st):
             pos[0] = i
             pos[1] = pending
             return 1
