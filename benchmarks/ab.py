@@ -14,8 +14,10 @@ beside its median: a change is measured when the best runs agree with the median
 says whether both sides gave the same collective time and event count (a hot-loop change
 should not move them).
 
-A case is ``collective:gpus:size:threadblocks_per_peer:packet_bytes[:windowed]`` (direct plan,
-UA, nuna-4die), for example ``allgather:64:1MiB:1:256:windowed``. This is not a ``bench_*``
+A case is ``collective:gpus:size:threadblocks_per_peer:packet_bytes[:windowed|:one-queue]``
+(direct plan, UA, nuna-4die), for example ``allgather:64:1MiB:1:256:windowed``; without the last
+part each side replays as its own default (windowed from 16 GPUs since nuna 0.5.0, one queue
+before), so name the mode when the base predates 0.5.0. This is not a ``bench_*``
 file: ``benchmarks/run.py`` does not run it.
 """
 
@@ -33,8 +35,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_CASES = ("allgather:64:1MiB:1:256", "allgather:64:1MiB:1:256:windowed", "allgather:32:1MiB:1:256",
-                 "allgather:8:1MiB:144:256")
+DEFAULT_CASES = ("allgather:64:1MiB:1:256:one-queue", "allgather:64:1MiB:1:256:windowed",
+                 "allgather:32:1MiB:1:256:one-queue", "allgather:8:1MiB:144:256")
 
 # run inside each side's tree, with only the API every revision since 0.2.0 has
 _RUNNER = """
@@ -44,9 +46,9 @@ from nuna.sim import simulate
 from nuna.topology.spec import load_topology
 coll, gpus, size, tbs, packet, windowed, repeat = json.loads(sys.argv[1])
 kw = {}
-if windowed:
+if windowed is not None:  # else each side's default (older revisions have no windowed option)
     from nuna.sim.replay import SimOptions
-    kw["options"] = SimOptions(windowed=True)
+    kw["options"] = SimOptions(windowed=windowed)
 spec = load_topology("nuna-4die")
 simulate(generate("allgather", 2), spec, 4096, **kw)  # loads (or compiles) the kernels
 plan = generate(coll, gpus, tbs_per_peer=tbs)
@@ -66,22 +68,24 @@ class Case:
     size_bytes: int
     tbs_per_peer: int
     packet_bytes: int | str
-    windowed: bool
+    windowed: bool | None
     name: str
 
 
 def parse_case(text: str) -> Case:
-    """``collective:gpus:size:tbs:packet[:windowed]`` -> :class:`Case` (``ValueError`` if malformed)."""
+    """``collective:gpus:size:tbs:packet[:windowed|:one-queue]`` -> :class:`Case` (``ValueError`` if
+    malformed); without the last part each side replays as its simulator does by default."""
     from nuna.errors import UsageError
     from nuna.units import parse_size
 
     parts = text.split(":")
-    if len(parts) not in (5, 6) or (len(parts) == 6 and parts[5] != "windowed"):
-        raise ValueError(f"case {text!r}: expected collective:gpus:size:tbs:packet[:windowed]")
+    if len(parts) not in (5, 6) or (len(parts) == 6 and parts[5] not in ("windowed", "one-queue")):
+        raise ValueError(f"case {text!r}: expected collective:gpus:size:tbs:packet[:windowed|:one-queue]")
     coll, gpus, size, tbs, packet = parts[:5]
     try:
         pk: int | str = packet if packet == "auto" else int(packet)
-        return Case(coll, int(gpus), parse_size(size), int(tbs), pk, len(parts) == 6, text)
+        windowed = None if len(parts) == 5 else parts[5] == "windowed"
+        return Case(coll, int(gpus), parse_size(size), int(tbs), pk, windowed, text)
     except (ValueError, UsageError) as exc:
         raise ValueError(f"case {text!r}: {exc}") from None
 
@@ -122,7 +126,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--base", default="HEAD", help="revision to compare against (default HEAD)")
     ap.add_argument("--new", help="revision to measure (default: this working tree)")
-    ap.add_argument("--case", action="append", help="collective:gpus:size:tbs:packet[:windowed] (repeatable)")
+    ap.add_argument("--case", action="append",
+                    help="collective:gpus:size:tbs:packet[:windowed|:one-queue] (repeatable)")
     ap.add_argument("--rounds", type=int, default=5, help="alternating rounds (default 5)")
     ap.add_argument("--repeat", type=int, default=2, help="timed replays per process (default 2)")
     args = ap.parse_args()

@@ -29,7 +29,8 @@ def test_parses_cases() -> None:
     fields = (c.collective, c.gpus, c.size_bytes, c.tbs_per_peer, c.packet_bytes, c.windowed)
     assert fields == ("allgather", 64, 1 << 20, 1, 256, True)
     auto = ab.parse_case("alltoall:8:100kB:4:auto")
-    assert (auto.size_bytes, auto.packet_bytes, auto.windowed) == (100_000, "auto", False)
+    assert (auto.size_bytes, auto.packet_bytes, auto.windowed) == (100_000, "auto", None)
+    assert ab.parse_case("allgather:64:1MiB:1:256:one-queue").windowed is False
     for bad in ("allgather:8:1MiB:1", "allgather:8:1MiB:1:256:fast", "allgather:x:1MiB:1:256",
                 "allgather:8:1XB:1:256"):
         with pytest.raises(ValueError, match="case"):

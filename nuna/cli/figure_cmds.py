@@ -40,9 +40,11 @@ def figure(
     sizes: str | None = typer.Option(None, "--sizes", help="Only these sizes, e.g. 10MB,100MB."),
     configs: str | None = typer.Option(None, "--configs", help="Only these configurations, e.g. UA,NAP+NAR."),
     tbs_per_peer: str | None = typer.Option(None, "--tbs-per-peer", help="Only these threadblock counts."),
-    windowed: bool = typer.Option(False, "--windowed", help="Replay with one event queue per GPU (faster "
-                                  "from 16 GPUs; equal-time events of different GPUs in GPU order), "
-                                  "into a sweep of its own (fig9-windowed)."),
+    windowed: bool | None = typer.Option(None, "--windowed/--one-queue", help="Replay every point with "
+                                         "one event queue per GPU, or with one queue for the pod, into a "
+                                         "sweep of its own (fig9-windowed, fig9-one-queue). Default: "
+                                         "windowed from 16 GPUs (equal-time events of different GPUs in "
+                                         "GPU order; faster there).", show_default=False),
 ) -> None:
     """Render one of the paper's Figures 9-14 from its sweep (run or resumed as needed).
 

@@ -85,9 +85,11 @@ def simulate(
                                       "first (UA, UA+NAR, NUMA, NUMA+NAR, NAP, NAP+NAR, NAP*, NAP*+NAR)."),
     nar_granularity: str | None = typer.Option(None, "--nar-granularity",
                                                help="With --config: NAR granularity G or auto."),
-    windowed: bool = typer.Option(False, "--windowed", help="One event queue per GPU, run in windows of "
-                                  "the shortest cross-GPU latency: faster on large pods, the same model "
-                                  "(equal-time events of different GPUs in GPU order); not with --trace."),
+    windowed: bool | None = typer.Option(None, "--windowed/--one-queue", help="One event queue per GPU, run "
+                                         "in windows of the shortest cross-GPU latency (the same model, "
+                                         "equal-time events of different GPUs in GPU order; not with "
+                                         "--trace), or one queue for the pod. Default: windowed from 16 "
+                                         "GPUs, where it is faster, unless --trace.", show_default=False),
 ) -> None:
     """Replay a plan on a pod of multi-die GPUs and report the collective's time and bandwidth."""
     from nuna.plan.xml import load

@@ -112,21 +112,22 @@ def quick_spec(name: str, spec: SweepSpec) -> SweepSpec:
 def run_figure(name: str, out_dir: str | Path, *, spec_dir: str | Path | None = None, quick: bool = False,
                executor: str = "local", jobs: int | None = None,
                progress: ProgressCallback | None = None,
-               only: Mapping[str, Sequence[str]] | None = None, windowed: bool = False) -> FigureOutput:
+               only: Mapping[str, Sequence[str]] | None = None, windowed: bool | None = None) -> FigureOutput:
     """Run (or resume) figure ``name``'s sweep under ``out_dir/sweeps`` and write
     ``out_dir/NAME.{png,svg,json}`` (``NAME-quick.*`` with ``quick``). ``only`` replaces grid
     axes (:func:`nuna.experiments.spec.restrict_grid`: a partial grid, named after the change,
     before ``quick`` reduces it further). Points that the figure's other sweep folders under
     ``out_dir/sweeps`` already hold (the full grid, other partial grids) are reused, not rerun.
     Points that failed are left out of the picture; the summary says which. ``windowed``
-    replays every point with windowed scheduling (:func:`nuna.experiments.spec.windowed_spec`)."""
+    replays every point with windowed scheduling or with one queue
+    (:func:`nuna.experiments.spec.windowed_spec`); ``None`` leaves it to the simulator."""
     spec = load_sweep_spec(figure_spec_path(name, spec_dir))
     if only:
         spec = restrict_grid(spec, only)
     if quick:
         spec = quick_spec(name, spec)
-    if windowed:
-        spec = windowed_spec(spec)
+    if windowed is not None:
+        spec = windowed_spec(spec, windowed)
     topologies = sorted({topology for grid in spec.grids() for topology in grid.topologies})
     if len(topologies) > 1 and name not in _PER_TOPOLOGY_FIGURES:
         # checked before anything runs: the bars of two machines would be drawn on top of each other

@@ -200,7 +200,7 @@ def gemm_point(point: dict[str, Any]) -> dict[str, Any]:
     if gemm_bytes:
         plan, info = add_gemm(plan, topology, size_bytes, gemm_bytes)
     result = simulate(plan, topology, size_bytes, packet_bytes=point["packet_bytes"], seed=seed,
-                      options=SimOptions(windowed=bool(point.get("windowed", False))))
+                      options=SimOptions(windowed=point.get("windowed")))
     payload: dict[str, Any] = dict(result.to_json(chip_links=False))  # as sweep points
     payload["timing"] = {"wall_s": payload.pop("wall_s")}
     payload["nar_granularity_used"] = plan.placement.nar_granularity

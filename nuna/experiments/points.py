@@ -14,8 +14,8 @@ Interfaces used:
   ``nuna.passes.apply_config(plan, config, ctx, nar_granularity, *, seed) -> Plan``
   (granularity ``None`` = the passes' heuristic, ``"auto"`` = simulated search, or ``G``)
 - ``nuna.sim.simulate(plan, topology, size_bytes, *, packet_bytes, seed[, gemm_bytes, options]) -> SimResult``
-  with ``SimResult.to_json(*, chip_links=False) -> dict``, and ``nuna.sim.SimOptions(windowed=True)``
-  for points with ``windowed``
+  with ``SimResult.to_json(*, chip_links=False) -> dict``, and ``nuna.sim.SimOptions(windowed=...)``
+  for points with ``windowed`` (``True`` or ``False``; without it, the simulator's default)
 """
 
 from __future__ import annotations
@@ -73,8 +73,8 @@ def simulate_point(point: dict[str, Any]) -> dict[str, Any]:
                         seed=seed)
 
     options: dict[str, Any] = {"packet_bytes": point["packet_bytes"], "seed": seed}
-    if point.get("windowed"):
-        options["options"] = _require("nuna.sim", "SimOptions")(windowed=True)
+    if point.get("windowed") is not None:
+        options["options"] = _require("nuna.sim", "SimOptions")(windowed=point["windowed"])
     gemm_bytes = int(point.get("gemm_bytes", 0))
     if gemm_bytes:
         if "gemm_bytes" not in inspect.signature(simulate).parameters:

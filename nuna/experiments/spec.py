@@ -94,9 +94,10 @@ class Point:
     ``"heuristic"`` (the passes' size-threshold estimate) or ``"auto"`` (simulate every valid
     number and keep the fastest). ``gemm_bytes`` is the size of each matrix
     of the concurrent GEMM (paper §6.6), ``0`` for none. ``packet_bytes`` is a byte count or
-    ``"auto"`` (the simulator picks). ``windowed`` replays with one event queue per GPU
-    (``nuna.sim.SimOptions``): the same model, equal-time events of different GPUs in GPU order,
-    so a point of its own.
+    ``"auto"`` (the simulator picks). ``windowed`` ``True`` replays with one event queue per GPU,
+    ``False`` with one queue for the pod, ``None`` as the simulator chooses (``nuna.sim.SimOptions``:
+    windowed from 16 GPUs): the same model, equal-time events of different GPUs in GPU order or
+    in insertion order, so a set choice is a point of its own.
     """
 
     collective: str
@@ -110,11 +111,11 @@ class Point:
     algo: str
     packet_bytes: int | str
     seed: int
-    windowed: bool = False
+    windowed: bool | None = None
 
     def as_dict(self) -> dict[str, Any]:
         # "windowed" only when set, so that points without it keep their ids
-        return {**({"windowed": True} if self.windowed else {}),
+        return {**({"windowed": self.windowed} if self.windowed is not None else {}),
             "algo": self.algo,
             "collective": self.collective,
             "config": self.config,
@@ -137,8 +138,8 @@ class Point:
         if self.gemm_bytes:
             parts.append(f"gemm={format_size(self.gemm_bytes)}")
         parts.append(self.topology)
-        if self.windowed:
-            parts.append("windowed")
+        if self.windowed is not None:
+            parts.append("windowed" if self.windowed else "one-queue")
         return " ".join(parts)
 
 
@@ -174,7 +175,7 @@ class SweepSpec:
     algo: str = "direct"
     packet_bytes: int | str = 256
     seed: int = 0
-    windowed: bool = False
+    windowed: bool | None = None
     also: tuple[GridPatch, ...] = ()
     source: str = field(default="<spec>", compare=False)
 
@@ -334,7 +335,7 @@ def parse_sweep_spec(
         algo=_choice(fixed.get("algo", "direct"), ALGOS, source, "[fixed] algo"),
         packet_bytes=_packet_bytes(fixed.get("packet_bytes", 256), source),
         seed=_seed(fixed.get("seed", 0), source),
-        windowed=_flag(fixed.get("windowed", False), source, "[fixed] windowed"),
+        windowed=None if "windowed" not in fixed else _flag(fixed["windowed"], source, "[fixed] windowed"),
         also=_grid_patches(grid.get("also", []), convert, source),
         source=source,
     )
@@ -417,17 +418,19 @@ def restrict_grid(spec: SweepSpec, overrides: Mapping[str, Sequence[str]]) -> Sw
     return dataclasses.replace(restricted, also=tuple(patches))
 
 
-def windowed_spec(spec: SweepSpec) -> SweepSpec:
-    """``spec`` replayed with windowed scheduling, named apart (``fig9-windowed``): its points
-    are points of their own, since equal-time events may run in another order."""
-    return dataclasses.replace(spec, windowed=True, name=f"{spec.name}-windowed")
+def windowed_spec(spec: SweepSpec, windowed: bool = True) -> SweepSpec:
+    """``spec`` replayed with windowed scheduling (or with one queue), named apart
+    (``fig9-windowed``, ``fig9-one-queue``): its points are points of their own, since
+    equal-time events may run in another order."""
+    return dataclasses.replace(spec, windowed=windowed,
+                               name=f"{spec.name}-{'windowed' if windowed else 'one-queue'}")
 
 
 def _fixed(spec: SweepSpec) -> dict[str, Any]:
     """The ``[fixed]`` table of ``spec`` (``windowed`` only when set: older indexes stay equal)."""
     fixed: dict[str, Any] = {"algo": spec.algo, "packet_bytes": spec.packet_bytes, "seed": spec.seed}
-    if spec.windowed:
-        fixed["windowed"] = True
+    if spec.windowed is not None:
+        fixed["windowed"] = spec.windowed
     return fixed
 
 

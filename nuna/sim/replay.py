@@ -63,9 +63,15 @@ class SimOptions:
     issue_queue: int = 4  # packets a CU's issue queue holds before it stops starting new jobs (0: no limit)
     trace_samples: int = 512
     # one event queue per GPU, run in windows of the shortest cross-GPU lookahead (docs/simulator.md
-    # §6): the same model, equal-time events of different GPUs in GPU order; not with trace,
-    # which samples every GPU at one time
-    windowed: bool = False
+    # §6): the same model, equal-time events of different GPUs in GPU order. True: always (an error
+    # with a trace, which samples every GPU at one time, or on a topology that cannot be windowed);
+    # False: one queue; None: windowed from WINDOWED_FROM_GPUS GPUs where it can be, one queue else
+    windowed: bool | None = None
+
+
+#: GPUs from which ``SimOptions(windowed=None)`` replays windowed: where a pod's engine state
+#: outgrows the cache (docs/simulator.md §6: 1.1-1.8x from 16 GPUs, 0.8-1.2x below)
+WINDOWED_FROM_GPUS = 16
 
 
 @functools.lru_cache(maxsize=4)
@@ -297,9 +303,7 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *, packet
     n_cu = tb_cu[flat.node_tb].astype(np.int64)
     cus_used = np.unique((n_gpu * chip.cus + n_cu)[np.diff(n_job_ptr) > 0]).shape[0]
     slots = int(min(njobs, cus_used * limit)) + 1
-    if opts.windowed and trace:
-        raise UsageError("windowed scheduling cannot record a trace (it samples every GPU at one time)")
-    window_ns = _window_ns(net, spec) if opts.windowed and ngpus > 1 else 0.0
+    window_ns = _window_for(opts.windowed, ngpus, trace, net, spec)
     domains = ngpus if window_ns > 0.0 else 1
     # windowed, a remote store's packet is freed by the later of its two landing events (in the
     # sender's and the receiver's domain), possibly after its job slot is in use again
@@ -370,19 +374,37 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *, packet
                    lb_sent, njobs, started, trace, size_fit(plan, size_bytes, opts.element_bytes), window_ns)
 
 
-def _window_ns(net: PodNet, spec: TopologySpec) -> float:
+def _window_for(windowed: bool | None, ngpus: int, trace: bool, net: PodNet, spec: TopologySpec) -> float:
+    """The window to replay with (0: one queue) for :attr:`SimOptions.windowed`: forced on, it
+    raises ``UsageError`` where windows cannot be used; left to the simulator (``None``), it
+    windows from :data:`WINDOWED_FROM_GPUS` GPUs where they can be."""
+    if windowed is False or ngpus == 1 or (windowed is None and ngpus < WINDOWED_FROM_GPUS):
+        return 0.0
+    if trace:
+        if windowed is None:
+            return 0.0
+        raise UsageError("windowed scheduling cannot record a trace (it samples every GPU at one time)")
+    window_ns = _window_ns(net, spec)
+    if window_ns is None:
+        if windowed is None:
+            return 0.0
+        raise UsageError(f"windowed scheduling needs unbounded, unordered buffers at the switch and the "
+                         f"stacks' access; topology {spec.name!r} bounds or orders them")
+    return window_ns
+
+
+def _window_ns(net: PodNet, spec: TopologySpec) -> float | None:
     """The window of windowed scheduling (``docs/simulator.md`` §6): the least time between an
     event of one GPU and its first effect on another's state, that is the shorter of a scale-up
     up-link's latency (a flit's way to the switch) and the memory access (a remote store's
     landing is known when its access starts). Exact only if a flit leaving the switch or
     landing in a stack touches no state of the edge it came by (no credit, no FIFO order):
-    raises ``UsageError`` for a topology whose buffers there are bounded or ordered."""
+    ``None`` for a topology whose buffers there are bounded or ordered."""
     P, S = spec.chip.io_ports, spec.chip.hbm_stacks
     ends = np.r_[net.up:net.up + P, net.access:net.access + S]
     cols = net.net.ei[ends]
     if (cols[:, eng.EI_CAP] >= 0).any() or cols[:, eng.EI_FIFO].any():
-        raise UsageError(f"windowed scheduling needs unbounded, unordered buffers at the switch and the "
-                         f"stacks' access; topology {spec.name!r} bounds or orders them")
+        return None
     return float(min(net.edge_lat[net.up:net.up + P].min(), net.edge_lat[net.access:net.access + S].min()))
 
 

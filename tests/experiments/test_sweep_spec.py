@@ -229,6 +229,7 @@ changes = st.sampled_from([
     ("collective", "allreduce"), ("gpus", 16), ("size_bytes", 10**6 + 1), ("config", "NAP*+NAR"),
     ("nar_granularity", AUTO), ("nar_granularity", 12), ("tbs_per_peer", 2), ("topology", "mi300x-like"),
     ("gemm_bytes", 1), ("algo", "ring"), ("packet_bytes", AUTO), ("seed", 1), ("windowed", True),
+    ("windowed", False),
 ])
 
 
@@ -256,6 +257,7 @@ def test_as_dict_names_every_field_and_is_json_data() -> None:
     data = POINT.as_dict()
     # "windowed" only when set, so that the ids of points stored before it existed still hold
     assert "windowed" not in data
+    assert dataclasses.replace(POINT, windowed=False).as_dict()["windowed"] is False
     data = dataclasses.replace(POINT, windowed=True).as_dict()
     assert set(data) == {f.name for f in dataclasses.fields(Point)}
     assert json.loads(json.dumps(data)) == data
@@ -264,15 +266,24 @@ def test_as_dict_names_every_field_and_is_json_data() -> None:
 def test_windowed_is_a_fixed_setting_of_its_own(write_spec: Callable[..., Path]) -> None:
     plain = parse_sweep_spec(BASE)
     spec = parse_sweep_spec(_with("fixed", "windowed", True))
-    assert not plain.windowed
-    assert spec.windowed
+    off = parse_sweep_spec(_with("fixed", "windowed", False))
+    # not set: the simulator's default, and the points carry no windowed field
+    assert plain.windowed is None
+    assert all(p.windowed is None and "windowed" not in p.as_dict() for p in expand(plain))
+    assert spec.windowed is True
+    assert off.windowed is False
     assert all(p.windowed for p in expand(spec))
+    assert all(p.windowed is False for p in expand(off))
     assert spec.to_json()["fixed"]["windowed"] is True
+    assert off.to_json()["fixed"]["windowed"] is False
     assert "windowed" not in plain.to_json()["fixed"]
-    # a figure run with --windowed is a sweep of its own, whatever the command line restricts
+    # a figure run with --windowed / --one-queue is a sweep of its own, whatever the command line restricts
     named = windowed_spec(restrict_grid(plain, {"gpus": ["4"]}))
     assert named.name.endswith("-windowed")
     assert all(p.windowed for p in expand(named))
+    one = windowed_spec(plain, False)
+    assert one.name.endswith("-one-queue")
+    assert all(p.windowed is False for p in expand(one))
     assert restrict_grid(spec, {"gpus": ["4"]}).windowed
     with pytest.raises(InputError, match=r"\[fixed\] windowed.*true or false"):
         parse_sweep_spec(_with("fixed", "windowed", "yes"))

@@ -128,6 +128,9 @@ def test_simulate_windowed(run_cli, plan_file: Path, tmp_path: Path) -> None:
     assert windowed["window_ns"] > 0
     assert one_queue["window_ns"] == 0
     assert windowed["events"] == one_queue["events"]
+    forced = tmp_path / "o.json"
+    assert run_cli("simulate", plan_file, "--size", "256kB", "--one-queue", "--json", forced).code == 0
+    assert json.loads(forced.read_text())["window_ns"] == 0
     # a trace samples every GPU at one time: refused in one line, nothing written
     trace = tmp_path / "t.json"
     res = run_cli("simulate", plan_file, "--size", "256kB", "--windowed", "--trace", trace)

@@ -21,7 +21,7 @@ from nuna.plan.generate import generate
 from nuna.sim import engine as eng
 from nuna.sim import noc, simulate
 from nuna.sim.network import build_pod_net
-from nuna.sim.replay import SimOptions, _window_ns
+from nuna.sim.replay import WINDOWED_FROM_GPUS, SimOptions, _window_for, _window_ns
 from nuna.topology.spec import load_topology
 
 WINDOWED = SimOptions(windowed=True)
@@ -142,8 +142,30 @@ def test_refuses_a_bounded_switch_buffer(spec) -> None:  # type: ignore[no-untyp
     ei = net.net.ei.copy()
     ei[net.up, eng.EI_CAP] = 4096
     bounded = dataclasses.replace(net, net=net.net._replace(ei=ei))
+    assert _window_ns(bounded, spec) is None
     with pytest.raises(UsageError, match="unbounded"):
-        _window_ns(bounded, spec)
+        _window_for(True, 2, False, bounded, spec)
+    # by default such a pod replays with one queue, at any size
+    assert _window_for(None, 64, False, bounded, spec) == 0.0
+
+
+def test_default_windows_from_16_gpus_unless_traced(spec) -> None:  # type: ignore[no-untyped-def]
+    net = build_pod_net(spec, 2)
+    window = _window_ns(net, spec)
+    assert WINDOWED_FROM_GPUS == 16
+    for ngpus in (2, 8, WINDOWED_FROM_GPUS - 1):
+        assert _window_for(None, ngpus, False, net, spec) == 0.0
+        assert _window_for(True, ngpus, False, net, spec) == window
+    for ngpus in (WINDOWED_FROM_GPUS, 64):
+        assert _window_for(None, ngpus, False, net, spec) == window
+        assert _window_for(False, ngpus, False, net, spec) == 0.0
+        assert _window_for(None, ngpus, True, net, spec) == 0.0  # a trace needs one queue
+    # and the replay follows it: SimOptions() leaves the choice to the simulator
+    assert SimOptions().windowed is None
+    plan = generate("allgather", WINDOWED_FROM_GPUS)
+    assert simulate(plan, spec, 64 * 1024).window_ns == window
+    assert simulate(plan, spec, 64 * 1024, trace=True).window_ns == 0.0
+    assert simulate(plan, spec, 64 * 1024, options=SimOptions(windowed=False)).window_ns == 0.0
 
 
 @pytest.mark.parametrize("gemm_bytes", [0, 1_000_000])
@@ -160,6 +182,10 @@ def test_a_sweep_point_can_be_windowed(gemm_bytes: int) -> None:
     assert plain["window_ns"] == 0.0
     assert windowed["window_ns"] > 0.0
     assert windowed["events"] == plain["events"]
+    # and forced off at a pod size the simulator would window by default
+    big = dataclasses.replace(point, gpus=16, size_bytes=64 * 1024)
+    assert run(big.as_dict())["window_ns"] > 0.0
+    assert run(dataclasses.replace(big, windowed=False).as_dict())["window_ns"] == 0.0
 
 
 def test_a_window_wider_than_the_lookahead_is_caught(spec, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
