@@ -317,6 +317,21 @@ def test_cli_figure_fig10_quick_end_to_end(figure_cli: Callable[..., Any], tmp_p
     assert (tmp_path / "fig10-quick.svg").read_bytes() == first_svg
 
 
+@pytest.mark.parametrize(("flag", "windowed"), [("--windowed", True), ("--one-queue", False)])
+def test_cli_figure_forces_the_scheduling_into_a_sweep_of_its_own(
+        figure_cli: Callable[..., Any], tmp_path: Path, flag: str, windowed: bool) -> None:
+    res = figure_cli("figure", "fig10", "--quick", flag, "-o", tmp_path, "--jobs", "1", "-q")
+    assert res.code == 0, res.err
+    name = f"fig10-quick-{flag[2:]}"
+    assert (tmp_path / f"{name}.png").stat().st_size > 0
+    results = sorted((tmp_path / "sweeps" / name / "results").glob("*.json"))
+    assert results
+    for path in results:
+        point = json.loads(path.read_text())
+        assert point["point"]["windowed"] is windowed
+        assert (point["result"]["window_ns"] > 0) is windowed
+
+
 def test_cli_figure_runs_a_partial_grid(figure_cli: Callable[..., Any], tmp_path: Path) -> None:
     res = figure_cli("figure", "fig9", "--quick", "--collectives", "allgather", "--configs", "UA,NAP+NAR",
                      "-o", tmp_path, "--jobs", "1", "-q")
