@@ -70,7 +70,8 @@ class SimOptions:
 
 
 #: GPUs from which ``SimOptions(windowed=None)`` replays windowed: where a pod's engine state
-#: outgrows the cache (docs/simulator.md §6: 1.1-1.8x from 16 GPUs, 0.8-1.2x below)
+#: outgrows the cache (docs/simulator.md §6, the loop by pod size, three runs each: 1.14-1.76x at 16-64
+#: GPUs in 8 of 9 runs, one 0.78x at 32; 0.78-1.17x at 2-8 GPUs)
 WINDOWED_FROM_GPUS = 16
 
 
