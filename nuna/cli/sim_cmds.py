@@ -120,7 +120,7 @@ def simulate(
     busiest = max(float((res.port_egress_busy_ns / max(res.time_ns, 1e-9)).max(initial=0.0)),
                   float((res.port_ingress_busy_ns / max(res.time_ns, 1e-9)).max(initial=0.0)))
     typer.echo(f"# {format_size(size_bytes)}: {res.time_ns:.1f} ns "
-               f"(lower bound {res.lower_bound_ns:.1f} ns); "
+               f"(lower bound {res.lower_bound_ns:.1f} ns, placement floor {res.placement_floor_ns:.1f} ns); "
                f"remote stores: {lat.count} lines, latency mean {lat.mean_ns:.0f} p50 {lat.p50_ns:.0f} "
                f"p99 {lat.p99_ns:.0f} max {lat.max_ns:.0f} ns; busiest I/O port {busiest * 100:.0f}% busy; "
                f"{res.die_crossing_bytes} B across dies; {res.events} events in {res.wall_s:.2f} s")

@@ -80,9 +80,15 @@ class Comparison:
     rows: tuple[ConfigRow, ...]
     size_note: str | None = None  # when an executor would not select the plan at this size
 
+    @property
+    def placement_floor_ns(self) -> float:
+        """What no configuration can beat (``SimResult.placement_floor_ns``; the same for
+        every configuration unless one stores without loading first)."""
+        return min((r.result.placement_floor_ns for r in self.rows), default=0.0)
+
     def to_json(self) -> dict[str, Any]:
         return {"plan": self.plan, "topology": self.topology, "size_bytes": self.size_bytes,
-                "size_note": self.size_note,
+                "size_note": self.size_note, "placement_floor_ns": self.placement_floor_ns,
                 "reference": self.rows[0].config if self.rows else None,
                 "configs": [r.to_json() for r in self.rows]}
 
@@ -205,8 +211,14 @@ def format_comparison(c: Comparison) -> str:
     head = [f"{c.plan} on {c.topology}, {format_size(c.size_bytes)}; changes relative to {c.rows[0].config}"]
     table = [["", *[r.config for r in c.rows]]] + [[label, *[_cell(r, key) for r in c.rows]]
                                                   for label, key in _ROWS]
+    floor = c.placement_floor_ns
+    bound = []
+    if floor > 0 and c.rows:
+        bound = [f"placement floor {floor / 1000:.3f} us (best load and store paths, port bandwidth): "
+                 f"no configuration can be more than {c.rows[0].time_ns / floor:.2f}x faster than "
+                 f"{c.rows[0].config}"]
     note = [f"note: {c.size_note}"] if c.size_note else []
-    return "\n".join(head + _aligned(table) + note)
+    return "\n".join(head + _aligned(table) + bound + note)
 
 
 def _aligned(table: list[list[str]]) -> list[str]:

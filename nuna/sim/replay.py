@@ -156,21 +156,31 @@ def auto_packet_bytes(total_lines: int, line_bytes: int, options: SimOptions) ->
     return size
 
 
-def _lower_bound(spec: TopologySpec, net: PodNet, sent: I64) -> float:
-    """Alpha-beta bound: the shortest remote store (CU to port, scale-up, port to stack, memory
-    write) plus the busiest GPU's bytes over its total port bandwidth (egress or ingress), less
-    one flit (the last flit's own serialization is inside the latency)."""
+def _bounds(spec: TopologySpec, net: PodNet, sent: I64, loads_first: bool) -> tuple[float, float]:
+    """``(lower bound, placement floor)`` of a replay that sends ``sent`` bytes between GPUs.
+
+    Lower bound (alpha-beta): the shortest remote store (CU to port, scale-up, port to stack,
+    memory write) plus the busiest GPU's bytes over its total port bandwidth (egress or
+    ingress), less one flit (the last flit's own serialization is inside the latency).
+
+    Placement floor: what no placement or routing can beat when every sent byte is loaded from
+    its sender's memory first (``loads_first``; else the lower bound). The first byte reaches
+    a port no earlier than the shortest load round trip (CU to stack, access, back) and the
+    shortest CU-to-port path; the busiest GPU's ports then pass its bytes at their total
+    bandwidth; the last byte still needs the shortest way from a port to a remote stack. The
+    two shortest paths may use different ports, so their sum is at most the lower bound's
+    alpha."""
     if int(sent.sum()) == 0:
-        return 0.0
+        return 0.0, 0.0
     geo = net.geo
     chip = spec.chip
+    access = chip.memory_access_latency_ns
     up = net.up + np.arange(chip.io_ports)
     down = net.down + np.arange(chip.io_ports)
-    alpha = min(
-        float(geo.cu_port.latency_ns[:, k].min() + net.edge_lat[up[k]] + net.edge_lat[down[k]]
-              + geo.port_stack.latency_ns[k, :].min())
-        for k in range(chip.io_ports)
-    ) + chip.memory_access_latency_ns
+    to_port = geo.cu_port.latency_ns.min(axis=0)  # per port, from the nearest CU
+    from_port = np.array([net.edge_lat[up[k]] + net.edge_lat[down[k]] + geo.port_stack.latency_ns[k, :].min()
+                          for k in range(chip.io_ports)])
+    alpha = float((to_port + from_port).min()) + access
     bw_in_port = net.edge_bw[geo.port_in_edge]  # Router -> IoPort
     bw_out_port = net.edge_bw[geo.port_out_edge]
     egress_bw = float(np.minimum(bw_in_port, net.edge_bw[up]).sum())
@@ -179,7 +189,11 @@ def _lower_bound(spec: TopologySpec, net: PodNet, sent: I64) -> float:
                         np.minimum(net.edge_bw[down], bw_out_port).min()))
     beta = max(float(sent.sum(axis=1).max()) / egress_bw, float(sent.sum(axis=0).max()) / ingress_bw)
     beta = max(0.0, beta - (chip.flit_bytes / slowest if math.isfinite(slowest) else 0.0))
-    return alpha + beta
+    lower = alpha + beta
+    if not loads_first:
+        return lower, lower
+    load = float((geo.cu_stack.latency_ns + geo.stack_cu.latency_ns.T).min()) + access
+    return lower, max(lower, load + float(to_port.min()) + float(from_port.min()) + access + beta)
 
 
 def _latency_stats(hist: npt.NDArray[np.float64], bin_ns: float, total_w: float, sum_lat: float,
@@ -329,7 +343,11 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *, packet
     lb_sent = np.zeros((ngpus, ngpus), dtype=np.int64)
     sends = np.flatnonzero(n_addr[:, 3] >= 0)
     np.add.at(lb_sent, (n_gpu[sends], n_peer[sends]), n_bytes[sends])
-    lower = _lower_bound(spec, net, lb_sent)
+    # the placement floor counts a load before every remote store (true of every replay step
+    # that stores remotely: sends and forwards read their data from memory first)
+    remote = j_cls[:njobs, 3] >= 0
+    loads_first = bool(((j_cls[:njobs, 0] >= 0) | (j_cls[:njobs, 1] >= 0))[remote].all())
+    lower, floor = _bounds(spec, net, lb_sent, loads_first)
     par_f = np.array([opts.hist_bin_ns, max(1.0, lower / 200.0) if trace else 0.0, window_ns],
                      dtype=np.float64)
     stat_f = np.zeros(8, dtype=np.float64)
@@ -371,7 +389,7 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *, packet
                               f"{int(R.rc[eng.R_LATE])} events posted into a finished window)")
     if R.rc[eng.R_DONE] < nn:
         raise SimulationError(_deadlock_message(flat, dag, R))
-    return _result(plan, spec, size_bytes, psize, seed, flat, dag, net, st, R, layout, tb_cu, lower,
+    return _result(plan, spec, size_bytes, psize, seed, flat, dag, net, st, R, layout, tb_cu, (lower, floor),
                    lb_sent, njobs, started, trace, size_fit(plan, size_bytes, opts.element_bytes), window_ns)
 
 
@@ -446,7 +464,8 @@ def _chip_links(net: PodNet, e_bytes: I64, util: npt.NDArray[np.float64]) -> Chi
 
 
 def _result(plan: Plan, spec: TopologySpec, size_bytes: int, psize: int, seed: int, flat: FlatPlan,
-            dag: ReplayDag, net: PodNet, st: Any, R: Any, layout: MemoryLayout, tb_cu: I64, lower: float,
+            dag: ReplayDag, net: PodNet, st: Any, R: Any, layout: MemoryLayout, tb_cu: I64,
+            bounds: tuple[float, float],
             sent: I64, njobs: int, started: float, trace: bool, fit: SizeFit, window_ns: float) -> SimResult:
     chip = spec.chip
     ngpus = plan.ngpus
@@ -519,7 +538,8 @@ def _result(plan: Plan, spec: TopologySpec, size_bytes: int, psize: int, seed: i
         plan_name=plan.name, collective=plan.collective, ngpus=ngpus, topology=spec.name,
         size_bytes=size_bytes,
         chunk_bytes=layout.chunk_bytes, packet_bytes=psize, seed=seed, config=plan.placement.config,
-        nar_granularity=plan.placement.nar_granularity, time_ns=t_end, lower_bound_ns=lower,
+        nar_granularity=plan.placement.nar_granularity, time_ns=t_end, lower_bound_ns=bounds[0],
+        placement_floor_ns=bounds[1],
         remote_store_latency=lat,
         port_egress_bytes=e_bytes[:, net.up:net.up + P].copy(),
         port_ingress_bytes=e_bytes[:, net.down:net.down + P].copy(),

@@ -113,6 +113,7 @@ class SimResult:
     nar_granularity: int | None
     time_ns: float
     lower_bound_ns: float
+    placement_floor_ns: float  # what no placement or routing beats (replay._bounds)
     remote_store_latency: LatencyStats
     port_egress_bytes: I64
     port_ingress_bytes: I64
@@ -194,6 +195,7 @@ class SimResult:
             "time_ns": self.time_ns,
             "time_us": self.time_ns / 1000.0,
             "lower_bound_ns": self.lower_bound_ns,
+            "placement_floor_ns": self.placement_floor_ns,
             "algbw_gbps": self.algbw_gbps,
             "busbw_gbps": self.busbw_gbps,
             "bus_factor": bus_factor(self.collective, self.ngpus),

@@ -143,6 +143,10 @@ def test_cli_diff(cli: Callable[..., CliResult], tmp_path: Path) -> None:
     assert doc["configs"][0]["speedup"] == 1.0
     for c in doc["configs"]:
         assert c["config"] in r.out
+    # the floor no configuration beats, and how far the first one is from it
+    assert 0 < doc["placement_floor_ns"] <= min(c["time_ns"] for c in doc["configs"])
+    ratio = doc["configs"][0]["time_ns"] / doc["placement_floor_ns"]
+    assert f"more than {ratio:.2f}x faster than UA" in r.out
     bad = cli("diff", plan_file, "--size", "24KiB", "--configs", "UA,XYZ")
     assert bad.code == 1
     assert "unknown config" in bad.err

@@ -32,8 +32,8 @@ def test_simulate_prints_row_and_writes_files(run_cli, plan_file: Path, tmp_path
     assert kind == "float"
     assert float(time_us) == pytest.approx(data["time_ns"] / 1000, abs=0.01)
     assert float(busbw) == pytest.approx(float(algbw) * 3 / 4, abs=0.02)
-    for key in ("time_ns", "lower_bound_ns", "busbw_gbps", "remote_store_latency_ns", "io_ports", "links",
-                "noc_hops", "die_crossing_bytes", "events", "wall_s"):
+    for key in ("time_ns", "lower_bound_ns", "placement_floor_ns", "busbw_gbps", "remote_store_latency_ns",
+                "io_ports", "links", "noc_hops", "die_crossing_bytes", "events", "wall_s"):
         assert key in data
     lat = data["remote_store_latency_ns"]
     assert lat["count"] == sum(lat["histogram"]["counts"])

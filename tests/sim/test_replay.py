@@ -141,7 +141,24 @@ def test_large_transfer_is_bandwidth_bound() -> None:
     alpha = 2 * flat.scaleup.link_latency_ns + flat.scaleup.switch_latency_ns
     ideal = alpha + (size // 2) / link
     assert res.time_ns == pytest.approx(ideal, rel=0.01)
-    assert res.time_ns >= res.lower_bound_ns
+    assert res.time_ns >= res.placement_floor_ns >= res.lower_bound_ns
+
+
+@pytest.mark.parametrize("config", ["UA", "NAP+NAR"])
+def test_placement_floor_adds_the_shortest_load_to_the_lower_bound(spec, config: str) -> None:  # type: ignore[no-untyped-def]
+    # every sent byte is loaded first; on nuna-4die the nearest CU-to-port path and the best
+    # port-to-stack path meet at one port, so the floor is the lower bound plus the shortest
+    # load round trip, whatever the placement
+    from nuna.passes import PassContext, apply_config
+
+    geo = chip_geometry(spec.chip)
+    load = (geo.cu_stack.latency_ns + geo.stack_cu.latency_ns.T).min() + spec.chip.memory_access_latency_ns
+    size = 64 * 1024
+    plan = apply_config(generate("allgather", 4, tbs_per_peer=2), config, PassContext(spec, size))
+    res = simulate(plan, spec, size)
+    assert res.placement_floor_ns - res.lower_bound_ns == pytest.approx(load)
+    assert res.time_ns > res.placement_floor_ns
+    assert res.to_json()["placement_floor_ns"] == res.placement_floor_ns
 
 
 CASES = [("allgather", "direct", 2), ("allgather", "ring", 3), ("alltoall", "direct", 3),
@@ -173,7 +190,7 @@ def test_never_below_the_lower_bound(spec, case: tuple[str, str, int], k: int, k
     plan = generate(collective, ngpus, algo=algo, **({"tbs_per_peer": k} if algo == "direct" else {}))
     res = simulate(plan, spec, kib * 1024, packet_bytes=packet)  # type: ignore[arg-type]
     assert res.lower_bound_ns > 0
-    assert res.time_ns >= res.lower_bound_ns
+    assert res.lower_bound_ns <= res.placement_floor_ns <= res.time_ns
     # the queueing report accounts for every grant, and no head waits a negative time
     assert sum(q["grants"] for q in res.queueing.values()) == res.events
     assert min(q["total"] for q in res.queueing.values()) >= 0.0
