@@ -166,10 +166,10 @@ def _bounds(spec: TopologySpec, net: PodNet, sent: I64, loads_first: bool) -> tu
     Placement floor: what no placement or routing can beat when every sent byte is loaded from
     its sender's memory first (``loads_first``; else the lower bound). The first byte reaches
     a port no earlier than the shortest load round trip (CU to stack, access, back) and the
-    shortest CU-to-port path; the busiest GPU's ports then pass its bytes at their total
-    bandwidth; the last byte still needs the shortest way from a port to a remote stack. The
-    two shortest paths may use different ports, so their sum is at most the lower bound's
-    alpha."""
+    shortest CU-to-port path; the busiest GPU's ports (egress, or ingress after the cables)
+    then pass its bytes at their total bandwidth; the last byte still needs the shortest way
+    from a port to a remote stack. Each shortest path is taken over all ports on its own, so
+    their sum is at most the lower bound's alpha."""
     if int(sent.sum()) == 0:
         return 0.0, 0.0
     geo = net.geo
@@ -193,7 +193,11 @@ def _bounds(spec: TopologySpec, net: PodNet, sent: I64, loads_first: bool) -> tu
     if not loads_first:
         return lower, lower
     load = float((geo.cu_stack.latency_ns + geo.stack_cu.latency_ns.T).min()) + access
-    return lower, max(lower, load + float(to_port.min()) + float(from_port.min()) + access + beta)
+    # the cables before the receiver's ports (the first byte's) and the way from a port to a
+    # stack (the last byte's) may be different ports' too
+    cables = float((net.edge_lat[up] + net.edge_lat[down]).min())
+    return lower, max(lower, load + float(to_port.min()) + cables + float(geo.port_stack.latency_ns.min())
+                      + access + beta)
 
 
 def _latency_stats(hist: npt.NDArray[np.float64], bin_ns: float, total_w: float, sum_lat: float,
