@@ -9,42 +9,34 @@ prints a Markdown table (docs/results.md, Fig 9, "Headroom").
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
+from nuna.experiments.figures import best_tbs_per_peer
+from nuna.experiments.store import load_results
 from nuna.units import format_size
-
-Key = tuple[str, int, int]
 
 
 def headroom_rows(out_dir: Path, configs: tuple[str, str] = ("UA", "NAP+NAR")) -> list[dict[str, Any]]:
     """One row per (collective, gpus, size) that has both configurations: the floor, each
-    configuration's fastest time and count, UA / floor and the share of UA's distance to the
-    floor that the second configuration takes."""
-    index = json.loads((out_dir / "index.json").read_text())
-    floor: dict[Key, float] = {}
-    best: dict[tuple[Key, str], tuple[float, int]] = {}
-    for entry in index["points"]:
-        if entry["status"] != "ok" or entry["point"]["config"] not in configs:
-            continue
-        p = entry["point"]
-        res = json.loads((out_dir / entry["file"]).read_text())["result"]
-        key = (p["collective"], int(p["gpus"]), int(p["size_bytes"]))
-        floor[key] = min(floor.get(key, float("inf")), float(res["placement_floor_ns"]))
-        have = best.get((key, p["config"]))
-        if have is None or (res["time_ns"], p["tbs_per_peer"]) < have:
-            best[(key, p["config"])] = (float(res["time_ns"]), int(p["tbs_per_peer"]))
+    configuration at its fastest threadblock count (``best_tbs_per_peer``, as the figures pick
+    it), UA / floor and the share of UA's distance to the floor that the second takes."""
+    records = [r for r in load_results(out_dir) if r["point"]["config"] in configs]
+    best: dict[tuple[tuple[str, int, int], str], Any] = {}
+    for choice in best_tbs_per_peer(records):
+        p = choice.record["point"]
+        best[((p["collective"], int(p["gpus"]), int(p["size_bytes"])), p["config"])] = choice
     rows = []
-    for key in sorted(floor):
+    for key in sorted({k for k, _ in best}):
         if (key, configs[0]) not in best or (key, configs[1]) not in best:
             continue
-        (ref, ref_k), (new, new_k) = best[(key, configs[0])], best[(key, configs[1])]
-        fl = floor[key]
+        ref, new = best[(key, configs[0])], best[(key, configs[1])]
+        fl = min(float(c.record["result"]["placement_floor_ns"]) for c in (ref, new))
         rows.append({"collective": key[0], "gpus": key[1], "size_bytes": key[2], "floor_ns": fl,
-                     "ref_ns": ref, "ref_tbs": ref_k, "new_ns": new, "new_tbs": new_k,
-                     "ref_over_floor": ref / fl, "speedup": ref / new,
-                     "taken": (ref - new) / (ref - fl) if ref > fl else 0.0})
+                     "ref_ns": ref.time_ns, "ref_tbs": ref.tbs_per_peer, "new_ns": new.time_ns,
+                     "new_tbs": new.tbs_per_peer, "ref_over_floor": ref.time_ns / fl,
+                     "speedup": ref.time_ns / new.time_ns,
+                     "taken": (ref.time_ns - new.time_ns) / (ref.time_ns - fl) if ref.time_ns > fl else 0.0})
     return rows
 
 

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nuna.errors import SimulationError, UsageError
+from nuna.passes import PassContext, apply_config
 from nuna.plan.generate import generate
 from nuna.plan.ir import Buffer, ChunkPlacement, Placement, Plan, TbPlacement
 from nuna.plan.xml import loads
@@ -149,8 +150,6 @@ def test_placement_floor_adds_the_shortest_load_to_the_lower_bound(spec, config:
     # every sent byte is loaded first; on nuna-4die the nearest CU-to-port path and the best
     # port-to-stack path meet at one port, so the floor is the lower bound plus the shortest
     # load round trip, whatever the placement
-    from nuna.passes import PassContext, apply_config
-
     geo = chip_geometry(spec.chip)
     load = (geo.cu_stack.latency_ns + geo.stack_cu.latency_ns.T).min() + spec.chip.memory_access_latency_ns
     size = 64 * 1024
