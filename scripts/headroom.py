@@ -9,6 +9,7 @@ prints a Markdown table (docs/results.md, Fig 9, "Headroom").
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +19,16 @@ from nuna.units import format_size
 
 
 def headroom_rows(out_dir: Path, configs: tuple[str, str] = ("UA", "NAP+NAR")) -> list[dict[str, Any]]:
-    """One row per (collective, gpus, size) that has both configurations: the floor, each
+    """One row per (collective, gpus, size) that has both configurations: the floor (the lowest
+    over every threadblock count run: the floor of a plan counts its steps' sizes), each
     configuration at its fastest threadblock count (``best_tbs_per_peer``, as the figures pick
     it), UA / floor and the share of UA's distance to the floor that the second takes."""
     records = [r for r in load_results(out_dir) if r["point"]["config"] in configs]
+    floor: dict[tuple[str, int, int], float] = {}
+    for r in records:
+        p = r["point"]
+        key = (p["collective"], int(p["gpus"]), int(p["size_bytes"]))
+        floor[key] = min(floor.get(key, math.inf), float(r["result"]["placement_floor_ns"]))
     best: dict[tuple[tuple[str, int, int], str], Any] = {}
     for choice in best_tbs_per_peer(records):
         p = choice.record["point"]
@@ -31,7 +38,7 @@ def headroom_rows(out_dir: Path, configs: tuple[str, str] = ("UA", "NAP+NAR")) -
         if (key, configs[0]) not in best or (key, configs[1]) not in best:
             continue
         ref, new = best[(key, configs[0])], best[(key, configs[1])]
-        fl = min(float(c.record["result"]["placement_floor_ns"]) for c in (ref, new))
+        fl = floor[key]
         rows.append({"collective": key[0], "gpus": key[1], "size_bytes": key[2], "floor_ns": fl,
                      "ref_ns": ref.time_ns, "ref_tbs": ref.tbs_per_peer, "new_ns": new.time_ns,
                      "new_tbs": new.tbs_per_peer, "ref_over_floor": ref.time_ns / fl,

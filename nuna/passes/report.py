@@ -214,7 +214,8 @@ def format_comparison(c: Comparison) -> str:
     floor = c.placement_floor_ns
     bound = []
     if floor > 0 and c.rows:
-        bound = [f"placement floor {floor / 1000:.3f} us (best load and store paths, port bandwidth): "
+        bound = [f"placement floor {floor / 1000:.3f} us (best load and store paths, port bandwidth, "
+                 f"the plan's steps in order): "
                  f"no configuration can be more than {c.rows[0].time_ns / floor:.2f}x faster than "
                  f"{c.rows[0].config}"]
     note = [f"note: {c.size_note}"] if c.size_note else []

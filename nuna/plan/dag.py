@@ -437,18 +437,33 @@ def _ctrl_sources(dag: ReplayDag) -> npt.NDArray[np.int64]:
 def topological_levels(dag: ReplayDag) -> npt.NDArray[np.int64]:
     """Longest-path level of every node over control and data edges; ``-1`` for nodes that no
     topological order reaches (they are on or behind a cycle)."""
+    finish = finish_times(dag, np.ones(dag.num_nodes))
+    level = np.full(dag.num_nodes, -1, dtype=np.int64)
+    reached = ~np.isnan(finish)
+    level[reached] = finish[reached].astype(np.int64) - 1
+    return level
+
+
+def finish_times(dag: ReplayDag, duration: npt.ArrayLike) -> npt.NDArray[np.float64]:
+    """Earliest finish of every node when node ``n`` takes ``duration[n]`` and starts once its
+    control predecessors and, for a receive-type node, the send its data comes from have
+    finished: the longest path ending at each node over control and data edges (NaN for nodes
+    on or behind a cycle)."""
     nnodes = dag.num_nodes
+    dur = np.asarray(duration, dtype=np.float64)
+    if dur.shape != (nnodes,):
+        raise ValueError(f"duration must have one entry per node ({nnodes}), got shape {dur.shape}")
     indptr = dag.ctrl_indptr.astype(np.int64)
     indices = dag.ctrl_indices.astype(np.int64)
     match_recv = dag.match_recv.astype(np.int64)
     indeg = dag.ctrl_indegree.astype(np.int64) + (dag.match_send >= 0)
-    level = np.full(nnodes, -1, dtype=np.int64)
+    start = np.zeros(nnodes)
+    finish = np.full(nnodes, np.nan)
     frontier = np.flatnonzero(indeg == 0)
-    depth = 0
     # one vectorized sweep per level: the number of levels is the critical-path length in steps,
     # far smaller than the node count for real plans
     while frontier.size:
-        level[frontier] = depth
+        finish[frontier] = start[frontier] + dur[frontier]
         starts = indptr[frontier]
         lengths = indptr[frontier + 1] - starts
         total = int(lengths.sum())
@@ -458,14 +473,15 @@ def topological_levels(dag: ReplayDag) -> npt.NDArray[np.int64]:
         else:
             ctrl_succ = np.zeros(0, dtype=np.int64)
         data_succ = match_recv[frontier]
-        succ = np.concatenate([ctrl_succ, data_succ[data_succ >= 0]])
+        has_data = data_succ >= 0
+        succ = np.concatenate([ctrl_succ, data_succ[has_data]])
         if succ.size == 0:
             break
+        np.maximum.at(start, succ, finish[np.concatenate([np.repeat(frontier, lengths), frontier[has_data]])])
         uniq, counts = np.unique(succ, return_counts=True)
         indeg[uniq] -= counts
         frontier = uniq[indeg[uniq] == 0]
-        depth += 1
-    return level
+    return finish
 
 
 def find_cycle(dag: ReplayDag) -> list[int] | None:

@@ -31,7 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from nuna.errors import SimulationError, UsageError
-from nuna.plan.dag import NONE, STEP_TYPES, FlatPlan, ReplayDag, build_dag, flatten
+from nuna.plan.dag import NONE, STEP_TYPES, FlatPlan, ReplayDag, build_dag, finish_times, flatten
 from nuna.plan.ir import Plan
 from nuna.plan.verify import SizeFit, size_fit
 from nuna.sim import engine as eng
@@ -156,7 +156,58 @@ def auto_packet_bytes(total_lines: int, line_bytes: int, options: SimOptions) ->
     return size
 
 
-def _bounds(spec: TopologySpec, net: PodNet, sent: I64, loads_first: bool) -> tuple[float, float]:
+@dataclass(frozen=True, slots=True)
+class _Shortest:
+    """The shortest of each access over all CUs, stacks and ports (memory access included),
+    and the best-connected CU's links: what no placement or routing can beat."""
+
+    load_ns: float  # CU -> stack, access, stack -> CU
+    local_store_ns: float  # CU -> stack, access
+    remote_store_ns: float  # CU -> port, up-link, down-link, port -> stack, access
+    to_port_ns: float  # CU -> port alone (any port)
+    cables_ns: float  # up-link + down-link (any port)
+    port_stack_ns: float  # port -> stack alone (any pair)
+    cu_in_bytes_per_ns: float  # all the links into one CU from the mesh together
+    cu_out_bytes_per_ns: float  # all the links out of one CU into the mesh together
+
+
+def _cu_link_bandwidth(net: PodNet, tables: tuple[Any, ...], cu_is_src: bool) -> float:
+    """Total bandwidth of the distinct first (``cu_is_src``) or last edges of the CU's paths in
+    ``tables``, for the CU where it is largest."""
+    pairs = []
+    for t in tables:
+        nonempty = np.diff(t.indptr) > 0
+        pos = np.flatnonzero(nonempty)
+        edges = t.edges[t.indptr[:-1][nonempty]] if cu_is_src else t.edges[t.indptr[1:][nonempty] - 1]
+        cu = pos // t.ndst if cu_is_src else pos % t.ndst
+        pairs.append(np.stack([cu, edges.astype(np.int64)], axis=1))
+    uniq = np.unique(np.concatenate(pairs), axis=0)
+    return float(np.bincount(uniq[:, 0], weights=net.edge_bw[uniq[:, 1]]).max())
+
+
+def _shortest(spec: TopologySpec, net: PodNet) -> _Shortest:
+    geo = net.geo
+    chip = spec.chip
+    access = chip.memory_access_latency_ns
+    up = net.up + np.arange(chip.io_ports)
+    down = net.down + np.arange(chip.io_ports)
+    to_port = geo.cu_port.latency_ns.min(axis=0)  # per port, from the nearest CU
+    from_port = np.array([net.edge_lat[up[k]] + net.edge_lat[down[k]] + geo.port_stack.latency_ns[k, :].min()
+                          for k in range(chip.io_ports)])
+    return _Shortest(
+        load_ns=float((geo.cu_stack.latency_ns + geo.stack_cu.latency_ns.T).min()) + access,
+        local_store_ns=float(geo.cu_stack.latency_ns.min()) + access,
+        remote_store_ns=float((to_port + from_port).min()) + access,
+        to_port_ns=float(to_port.min()),
+        cables_ns=float((net.edge_lat[up] + net.edge_lat[down]).min()),
+        port_stack_ns=float(geo.port_stack.latency_ns.min()),
+        cu_in_bytes_per_ns=_cu_link_bandwidth(net, (geo.stack_cu,), cu_is_src=False),
+        cu_out_bytes_per_ns=_cu_link_bandwidth(net, (geo.cu_stack, geo.cu_port), cu_is_src=True),
+    )
+
+
+def _bounds(spec: TopologySpec, net: PodNet, short: _Shortest, sent: I64,
+            loads_first: bool) -> tuple[float, float]:
     """``(lower bound, placement floor)`` of a replay that sends ``sent`` bytes between GPUs.
 
     Lower bound (alpha-beta): the shortest remote store (CU to port, scale-up, port to stack,
@@ -169,18 +220,14 @@ def _bounds(spec: TopologySpec, net: PodNet, sent: I64, loads_first: bool) -> tu
     shortest CU-to-port path; the busiest GPU's ports (egress, or ingress after the cables)
     then pass its bytes at their total bandwidth; the last byte still needs the shortest way
     from a port to a remote stack. Each shortest path is taken over all ports on its own, so
-    their sum is at most the lower bound's alpha."""
+    their sum is at most the lower bound's alpha. (:func:`_step_floor_ns` adds the plan's
+    dependencies.)"""
     if int(sent.sum()) == 0:
         return 0.0, 0.0
     geo = net.geo
     chip = spec.chip
-    access = chip.memory_access_latency_ns
     up = net.up + np.arange(chip.io_ports)
     down = net.down + np.arange(chip.io_ports)
-    to_port = geo.cu_port.latency_ns.min(axis=0)  # per port, from the nearest CU
-    from_port = np.array([net.edge_lat[up[k]] + net.edge_lat[down[k]] + geo.port_stack.latency_ns[k, :].min()
-                          for k in range(chip.io_ports)])
-    alpha = float((to_port + from_port).min()) + access
     bw_in_port = net.edge_bw[geo.port_in_edge]  # Router -> IoPort
     bw_out_port = net.edge_bw[geo.port_out_edge]
     egress_bw = float(np.minimum(bw_in_port, net.edge_bw[up]).sum())
@@ -189,15 +236,56 @@ def _bounds(spec: TopologySpec, net: PodNet, sent: I64, loads_first: bool) -> tu
                         np.minimum(net.edge_bw[down], bw_out_port).min()))
     beta = max(float(sent.sum(axis=1).max()) / egress_bw, float(sent.sum(axis=0).max()) / ingress_bw)
     beta = max(0.0, beta - (chip.flit_bytes / slowest if math.isfinite(slowest) else 0.0))
-    lower = alpha + beta
+    lower = short.remote_store_ns + beta
     if not loads_first:
         return lower, lower
-    load = float((geo.cu_stack.latency_ns + geo.stack_cu.latency_ns.T).min()) + access
     # the cables before the receiver's ports (the first byte's) and the way from a port to a
     # stack (the last byte's) may be different ports' too
-    cables = float((net.edge_lat[up] + net.edge_lat[down]).min())
-    return lower, max(lower, load + float(to_port.min()) + cables + float(geo.port_stack.latency_ns.min())
-                      + access + beta)
+    return lower, max(lower, short.load_ns + short.to_port_ns + short.cables_ns + short.port_stack_ns
+                      + chip.memory_access_latency_ns + beta)
+
+
+def _step_floor_ns(spec: TopologySpec, net: PodNet, short: _Shortest, dag: ReplayDag, code: I64,
+                   n_bytes: I64, n_job_ptr: I64, j_cls: npt.NDArray[np.int64], packet_bytes: int) -> float:
+    """The plan's critical path when every step takes the least time any placement allows.
+
+    A step starts when its dependencies are done (and a receive-type step when its data has
+    landed: the send is done); it then needs, whatever its CU, stacks and ports: the shortest
+    line of its kind (load round trip, reduction, the slower of its stores) and, after the
+    first line, (a) its other lines through its CU's links (loads in, stores out) and its
+    reductions through the CU's vector unit, (b) as many further line latencies as its lines
+    fill the CU's request window (``max_outstanding_requests_per_cu``, plus half a packet: a
+    packet may start while half of it fits; a slot is held until its line's store has landed).
+    Control and data edges as in :func:`nuna.plan.dag.finish_times`; 0 if the DAG has a cycle
+    (the replay reports it)."""
+    chip = spec.chip
+    line = chip.flit_bytes
+    nn = code.shape[0]
+    njobs = np.diff(n_job_ptr)
+    node_of = np.repeat(np.arange(nn), njobs)
+    cls = j_cls[: node_of.shape[0]]
+    n_loads = np.zeros(nn, dtype=np.int64)
+    np.maximum.at(n_loads, node_of, (cls[:, 0] >= 0).astype(np.int64) + (cls[:, 1] >= 0))
+    local = np.bincount(node_of[cls[:, 2] >= 0], minlength=nn) > 0
+    remote = np.bincount(node_of[cls[:, 3] >= 0], minlength=nn) > 0
+    alu = np.isin(code, (eng.T_RRC, eng.T_RRS, eng.T_RRCS, eng.T_RE)) & (njobs > 0)
+    alu_ns = float(net.edge_lat[net.alu])
+    first_line_ns = ((n_loads > 0) * short.load_ns + alu * alu_ns
+                     + np.maximum(local * short.local_store_ns, remote * short.remote_store_ns))
+    nbytes = n_bytes.astype(np.float64)
+    first = np.minimum(nbytes, line)
+    stream_ns = np.maximum.reduce([
+        (n_loads * nbytes - first) / short.cu_in_bytes_per_ns,
+        ((local.astype(np.int64) + remote) * nbytes - first) / short.cu_out_bytes_per_ns,
+        alu * (nbytes - first) / net.reduce_bytes_per_ns,
+        np.zeros(nn),
+    ])
+    packet_lines = max(1, packet_bytes // line)
+    window = chip.max_outstanding_requests_per_cu + (packet_lines + 1) // 2
+    rounds = -(-((n_bytes + line - 1) // line) // window)
+    duration = np.where(njobs > 0, first_line_ns + np.maximum(stream_ns, (rounds - 1) * first_line_ns), 0.0)
+    finish = finish_times(dag, duration)
+    return 0.0 if np.isnan(finish).any() else float(finish.max(initial=0.0))
 
 
 def _latency_stats(hist: npt.NDArray[np.float64], bin_ns: float, total_w: float, sum_lat: float,
@@ -351,7 +439,10 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *, packet
     # that stores remotely: sends and forwards read their data from memory first)
     remote = j_cls[:njobs, 3] >= 0
     loads_first = bool(((j_cls[:njobs, 0] >= 0) | (j_cls[:njobs, 1] >= 0))[remote].all())
-    lower, floor = _bounds(spec, net, lb_sent, loads_first)
+    short = _shortest(spec, net)
+    lower, floor = _bounds(spec, net, short, lb_sent, loads_first)
+    floor = max(floor, _step_floor_ns(spec, net, short, dag, flat.code, n_bytes, n_job_ptr, j_cls[:njobs],
+                                      psize))
     par_f = np.array([opts.hist_bin_ns, max(1.0, lower / 200.0) if trace else 0.0, window_ns],
                      dtype=np.float64)
     stat_f = np.zeros(8, dtype=np.float64)

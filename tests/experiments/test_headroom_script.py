@@ -45,10 +45,15 @@ def test_headroom_rows_of_a_sweep(tmp_path: Path) -> None:
     r = rows[0]
     # each configuration at its fastest count, read here from the result files themselves
     times: dict[str, dict[int, float]] = {}
+    floors = []
     for path in (tmp_path / "results").glob("*.json"):
         record = json.loads(path.read_text())
         times.setdefault(record["point"]["config"], {})[record["point"]["tbs_per_peer"]] = \
             record["result"]["time_ns"]
+        floors.append(record["result"]["placement_floor_ns"])
+    # the floor is the lowest of every point's: a count that is not the fastest may have it
+    assert len(floors) == 4
+    assert r["floor_ns"] == min(floors)
     for config, t, k in (("UA", r["ref_ns"], r["ref_tbs"]), ("NAP+NAR", r["new_ns"], r["new_tbs"])):
         assert t == min(times[config].values()) == times[config][k]
     # no time below the floor, and UA's distance to it is what the second one's gain is counted in

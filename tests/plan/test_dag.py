@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nuna.errors import PlanError
-from nuna.plan.dag import STEP_CODE, build_dag, find_cycle, to_networkx, topological_levels
+from nuna.plan.dag import STEP_CODE, build_dag, find_cycle, finish_times, to_networkx, topological_levels
 from nuna.plan.ir import Buffer, Collective, Gpu, Plan, Protocol, Step, StepType, Threadblock
 from nuna.plan.xml import load
 
@@ -201,6 +201,31 @@ def test_cycles_and_levels_agree_with_networkx(seed: int, ngpus: int, transfers:
         for u, v in zip(cycle, cycle[1:] + cycle[:1], strict=True):
             assert graph.has_edge(u, v)
         assert (levels[cycle] == -1).all()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10**6), ngpus=st.integers(2, 4), transfers=st.integers(0, 10),
+       local_steps=st.integers(0, 5), deps=st.integers(0, 8))
+def test_finish_times_are_longest_weighted_paths(seed: int, ngpus: int, transfers: int, local_steps: int,
+                                                 deps: int) -> None:
+    plan = make_plan(seed, ngpus, transfers, local_steps, deps)
+    dag = build_dag(plan)
+    graph = to_networkx(dag)
+    duration = np.random.default_rng(seed).uniform(0.0, 100.0, dag.num_nodes)
+    finish = finish_times(dag, duration)
+    if not nx.is_directed_acyclic_graph(graph):
+        assert np.isnan(finish).any()
+        return
+    expected = np.zeros(dag.num_nodes)
+    for n in nx.topological_sort(graph):
+        expected[n] = max((expected[u] for u in graph.predecessors(n)), default=0.0) + duration[n]
+    np.testing.assert_allclose(finish, expected, rtol=1e-12)
+
+
+def test_finish_times_wants_one_duration_per_node() -> None:
+    dag = build_dag(make_plan(1, 2, 2, 1, 0))
+    with pytest.raises(ValueError, match="one entry per node"):
+        finish_times(dag, np.ones(dag.num_nodes + 1))
 
 
 def test_networkx_export_attributes() -> None:

@@ -145,19 +145,59 @@ def test_large_transfer_is_bandwidth_bound() -> None:
     assert res.time_ns >= res.placement_floor_ns >= res.lower_bound_ns
 
 
-@pytest.mark.parametrize("config", ["UA", "NAP+NAR"])
-def test_placement_floor_adds_the_shortest_load_to_the_lower_bound(spec, config: str) -> None:  # type: ignore[no-untyped-def]
-    # every sent byte is loaded first; on nuna-4die the nearest CU-to-port path and the best
-    # port-to-stack path meet at one port, so the floor is the lower bound plus the shortest
-    # load round trip, whatever the placement
+def _shortest_load_and_remote_store_ns(spec) -> tuple[float, float]:  # type: ignore[no-untyped-def]
     geo = chip_geometry(spec.chip)
-    load = (geo.cu_stack.latency_ns + geo.stack_cu.latency_ns.T).min() + spec.chip.memory_access_latency_ns
+    access = spec.chip.memory_access_latency_ns
+    load = (geo.cu_stack.latency_ns + geo.stack_cu.latency_ns.T).min() + access
+    remote = ((geo.cu_port.latency_ns.min(axis=0) + geo.port_stack.latency_ns.min(axis=1)).min()
+              + spec.scaleup.one_way_latency_ns + access)
+    return float(load), float(remote)
+
+
+@pytest.mark.parametrize("config", ["UA", "NAP+NAR"])
+@pytest.mark.parametrize("tbs_per_peer", [1, 8])
+def test_placement_floor_is_a_load_before_the_ports_or_one_send_at_its_best(  # type: ignore[no-untyped-def]
+        spec, config: str, tbs_per_peer: int) -> None:
+    # every sent byte is loaded first. So no placement beats (a) the lower bound plus the
+    # shortest load round trip (on nuna-4die the nearest CU-to-port path and the best
+    # port-to-stack path meet at one port), nor (b) one send step at its best: a load, a
+    # remote store, and its other bytes through its CU's link. With 1 threadblock per peer a
+    # step is 16 KiB and (b) is the larger, with 8 (2 KiB steps) (a) is
+    load, remote = _shortest_load_and_remote_store_ns(spec)
     size = 64 * 1024
-    plan = apply_config(generate("allgather", 4, tbs_per_peer=2), config, PassContext(spec, size))
+    step_bytes = size // 4 // tbs_per_peer
+    plan = apply_config(generate("allgather", 4, tbs_per_peer=tbs_per_peer), config, PassContext(spec, size))
     res = simulate(plan, spec, size)
-    assert res.placement_floor_ns - res.lower_bound_ns == pytest.approx(load)
+    one_send = load + remote + (step_bytes - spec.chip.flit_bytes) / spec.chip.cu_link_bandwidth_gbps
+    assert res.placement_floor_ns == pytest.approx(max(res.lower_bound_ns + load, one_send))
+    assert (one_send > res.lower_bound_ns + load) == (tbs_per_peer == 1)
     assert res.time_ns > res.placement_floor_ns
     assert res.to_json()["placement_floor_ns"] == res.placement_floor_ns
+
+
+def test_placement_floor_counts_the_request_window_of_a_long_step(spec) -> None:  # type: ignore[no-untyped-def]
+    # one threadblock per peer moving 5 MiB: its CU holds at most 700 lines in flight, each
+    # for at least a load and a remote store, so the step takes 30 such rounds (20,480 lines)
+    # at least, longer than its bytes through the CU's link
+    load, remote = _shortest_load_and_remote_store_ns(spec)
+    size = 10 << 20
+    res = simulate(generate("allgather", 2, tbs_per_peer=1), spec, size)
+    lines = size // 2 // spec.chip.flit_bytes
+    rounds = -(-lines // spec.chip.max_outstanding_requests_per_cu)
+    assert rounds * (load + remote) > (size // 2) / spec.chip.cu_link_bandwidth_gbps
+    assert res.placement_floor_ns == pytest.approx(rounds * (load + remote))
+    assert res.time_ns > res.placement_floor_ns
+
+
+def test_placement_floor_follows_the_dependencies(spec) -> None:  # type: ignore[no-untyped-def]
+    # a ring allgather forwards each chunk n - 1 times, each forward after the previous landed:
+    # n - 1 sends at their best in a row, far more than the lower bound plus one load
+    load, remote = _shortest_load_and_remote_store_ns(spec)
+    ngpus = 4
+    res = simulate(generate("allgather", ngpus, algo="ring"), spec, 64 * 1024)
+    assert res.placement_floor_ns >= (ngpus - 1) * (load + remote)
+    assert res.placement_floor_ns > 2 * (res.lower_bound_ns + load)
+    assert res.time_ns > res.placement_floor_ns
 
 
 CASES = [("allgather", "direct", 2), ("allgather", "ring", 3), ("alltoall", "direct", 3),
