@@ -347,18 +347,32 @@ def _deadlock_message(flat: FlatPlan, dag: ReplayDag, R: Any) -> str:
     return (f"deadlock: {len(tbs)} threadblocks cannot finish: " + "; ".join(blocked[:6]) + more)
 
 
-def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *, packet_bytes: PacketBytes = 256,
-             seed: int = 0, trace: bool = False, options: SimOptions | None = None) -> SimResult:
-    """Replay ``plan`` for a collective of ``size_bytes`` (nccl-tests convention) on a pod of
-    ``plan.ngpus`` GPUs of ``topology_spec``.
+@dataclass(frozen=True, eq=False)
+class _Prepared:
+    """A plan laid out for a replay: its DAG, memory, jobs and pod network, and the bounds no
+    replay of it can beat (:func:`_bounds`, :func:`_step_floor_ns`)."""
 
-    ``packet_bytes``: a multiple of the flit size, or ``"auto"`` (see :func:`auto_packet_bytes`).
-    ``seed`` is recorded in the result; the model itself makes no random choices. ``trace``
-    keeps per-port byte counters over time for :func:`nuna.sim.trace.chrome_trace`. Raises
-    ``UsageError`` for a bad size or packet size, ``PlanError`` for a plan without a replay DAG
-    and ``SimulationError`` when it cannot run or finish (deadlock)."""
-    started = time.perf_counter()
-    opts = options or SimOptions()
+    dag: ReplayDag
+    flat: FlatPlan
+    n_gpu: I64
+    tb_cu: I64
+    layout: MemoryLayout
+    n_peer: I64
+    n_bytes: I64
+    psize: int
+    n_job_ptr: I64
+    njobs: int
+    j_bytes: I64
+    j_cls: npt.NDArray[np.int64]
+    net: PodNet
+    lb_sent: I64
+    lower_ns: float
+    floor_ns: float
+
+
+def _prepare(plan: Plan, topology_spec: TopologySpec, size_bytes: int, packet_bytes: PacketBytes,
+             opts: SimOptions) -> _Prepared:
+    """Everything :func:`simulate` sets up before its replay loop (errors as there)."""
     spec = topology_spec
     chip = spec.chip
     line = chip.flit_bytes
@@ -404,8 +418,54 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *, packet
     njobs = int(njobs)
     j_bytes, j_cls = j_bytes[: max(1, njobs)], j_cls[: max(1, njobs)]
 
-    # network and pools
     net = _pod_net(spec, ngpus, opts.router, opts.element_bytes, opts.issue_queue)
+    lb_sent = np.zeros((ngpus, ngpus), dtype=np.int64)
+    sends = np.flatnonzero(n_addr[:, 3] >= 0)
+    np.add.at(lb_sent, (n_gpu[sends], n_peer[sends]), n_bytes[sends])
+    # the placement floor counts a load before every remote store (true of every replay step
+    # that stores remotely: sends and forwards read their data from memory first)
+    remote = j_cls[:njobs, 3] >= 0
+    loads_first = bool(((j_cls[:njobs, 0] >= 0) | (j_cls[:njobs, 1] >= 0))[remote].all())
+    short = _shortest(spec, net)
+    lower, floor = _bounds(spec, net, short, lb_sent, loads_first)
+    floor = max(floor, _step_floor_ns(spec, net, short, dag, flat.code, n_bytes, n_job_ptr, j_cls[:njobs],
+                                      psize))
+    return _Prepared(dag, flat, n_gpu, tb_cu, layout, n_peer, n_bytes, psize, n_job_ptr, njobs, j_bytes,
+                     j_cls, net, lb_sent, lower, floor)
+
+
+def placement_bounds(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *,
+                     packet_bytes: PacketBytes = 256,
+                     options: SimOptions | None = None) -> tuple[float, float]:
+    """``(lower_bound_ns, placement_floor_ns)`` as :func:`simulate` reports them, without the
+    replay: for a headroom study of results whose floors an older nuna computed, or before a
+    long run. The floor does not depend on the plan's placement annotations."""
+    pre = _prepare(plan, topology_spec, size_bytes, packet_bytes, options or SimOptions())
+    return pre.lower_ns, pre.floor_ns
+
+
+def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *, packet_bytes: PacketBytes = 256,
+             seed: int = 0, trace: bool = False, options: SimOptions | None = None) -> SimResult:
+    """Replay ``plan`` for a collective of ``size_bytes`` (nccl-tests convention) on a pod of
+    ``plan.ngpus`` GPUs of ``topology_spec``.
+
+    ``packet_bytes``: a multiple of the flit size, or ``"auto"`` (see :func:`auto_packet_bytes`).
+    ``seed`` is recorded in the result; the model itself makes no random choices. ``trace``
+    keeps per-port byte counters over time for :func:`nuna.sim.trace.chrome_trace`. Raises
+    ``UsageError`` for a bad size or packet size, ``PlanError`` for a plan without a replay DAG
+    and ``SimulationError`` when it cannot run or finish (deadlock)."""
+    started = time.perf_counter()
+    opts = options or SimOptions()
+    spec = topology_spec
+    chip = spec.chip
+    line = chip.flit_bytes
+    ngpus = plan.ngpus
+    pre = _prepare(plan, spec, size_bytes, packet_bytes, opts)
+    dag, flat, net, layout, tb_cu = pre.dag, pre.flat, pre.net, pre.layout, pre.tb_cu
+    n_gpu, n_peer, n_bytes, n_job_ptr = pre.n_gpu, pre.n_peer, pre.n_bytes, pre.n_job_ptr
+    psize, njobs, j_bytes, j_cls, lb_sent = pre.psize, pre.njobs, pre.j_bytes, pre.j_cls, pre.lb_sent
+    lower, floor = pre.lower_ns, pre.floor_ns
+    nn = flat.num_nodes
     limit = chip.max_outstanding_requests_per_cu
     n_cu = tb_cu[flat.node_tb].astype(np.int64)
     cus_used = np.unique((n_gpu * chip.cus + n_cu)[np.diff(n_job_ptr) > 0]).shape[0]
@@ -432,17 +492,6 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *, packet
     down_ids = (np.arange(ngpus)[:, None] * net.block + net.down + np.arange(chip.io_ports)[None, :]).ravel()
     tr_edges = np.concatenate([up_ids, down_ids]) if trace else np.zeros(0, dtype=np.int64)
     nsamples = opts.trace_samples if trace else 1
-    lb_sent = np.zeros((ngpus, ngpus), dtype=np.int64)
-    sends = np.flatnonzero(n_addr[:, 3] >= 0)
-    np.add.at(lb_sent, (n_gpu[sends], n_peer[sends]), n_bytes[sends])
-    # the placement floor counts a load before every remote store (true of every replay step
-    # that stores remotely: sends and forwards read their data from memory first)
-    remote = j_cls[:njobs, 3] >= 0
-    loads_first = bool(((j_cls[:njobs, 0] >= 0) | (j_cls[:njobs, 1] >= 0))[remote].all())
-    short = _shortest(spec, net)
-    lower, floor = _bounds(spec, net, short, lb_sent, loads_first)
-    floor = max(floor, _step_floor_ns(spec, net, short, dag, flat.code, n_bytes, n_job_ptr, j_cls[:njobs],
-                                      psize))
     par_f = np.array([opts.hist_bin_ns, max(1.0, lower / 200.0) if trace else 0.0, window_ns],
                      dtype=np.float64)
     stat_f = np.zeros(8, dtype=np.float64)

@@ -16,7 +16,7 @@ from nuna.passes import PassContext, apply_config
 from nuna.plan.generate import generate
 from nuna.plan.ir import Buffer, ChunkPlacement, Placement, Plan, TbPlacement
 from nuna.plan.xml import loads
-from nuna.sim import simulate
+from nuna.sim import placement_bounds, simulate
 from nuna.topology.address import io_port, nar_domain_ports, physical_address, stack_domain
 from nuna.topology.geometry import chip_geometry, pod_layout
 from nuna.topology.spec import load_topology
@@ -198,6 +198,22 @@ def test_placement_floor_follows_the_dependencies(spec) -> None:  # type: ignore
     assert res.placement_floor_ns >= (ngpus - 1) * (load + remote)
     assert res.placement_floor_ns > 2 * (res.lower_bound_ns + load)
     assert res.time_ns > res.placement_floor_ns
+
+
+@pytest.mark.parametrize(("collective", "algo", "packet"), [("allgather", "direct", 256),
+                                                          ("allreduce", "direct", "auto"),
+                                                          ("allgather", "ring", 1024)])
+def test_placement_bounds_without_a_replay_are_the_replays_and_ignore_placement(  # type: ignore[no-untyped-def]
+        spec, collective: str, algo: str, packet: int | str) -> None:
+    size = 192 * 1024
+    plan = generate(collective, 3, algo=algo)
+    for config in ("UA", "NAP+NAR"):
+        placed = apply_config(plan, config, PassContext(spec, size))
+        res = simulate(placed, spec, size, packet_bytes=packet)  # type: ignore[arg-type]
+        assert placement_bounds(placed, spec, size, packet_bytes=packet) == (  # type: ignore[arg-type]
+            res.lower_bound_ns, res.placement_floor_ns)
+    assert placement_bounds(placed, spec, size, packet_bytes=packet) == placement_bounds(  # type: ignore[arg-type]
+        plan, spec, size, packet_bytes=packet)  # type: ignore[arg-type]
 
 
 CASES = [("allgather", "direct", 2), ("allgather", "ring", 3), ("alltoall", "direct", 3),
