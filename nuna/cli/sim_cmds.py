@@ -90,10 +90,14 @@ def simulate(
                                          "equal-time events of different GPUs in GPU order; not with "
                                          "--trace), or one queue for the pod. Default: windowed from 16 "
                                          "GPUs, where it is faster, unless --trace.", show_default=False),
+    bounds_only: bool = typer.Option(False, "--bounds-only", help="Only the lower bound and the placement "
+                                     "floor (what no placement or routing beats), without the replay: "
+                                     "seconds where a large replay takes minutes."),
 ) -> None:
     """Replay a plan on a pod of multi-die GPUs and report the collective's time and bandwidth."""
+    from nuna.errors import UsageError
     from nuna.plan.xml import load
-    from nuna.sim.replay import SimOptions
+    from nuna.sim.replay import SimOptions, placement_bounds
     from nuna.sim.replay import simulate as run
     from nuna.sim.trace import chrome_trace
     from nuna.topology.spec import load_topology
@@ -108,6 +112,17 @@ def simulate(
         from nuna.passes.configs import parse_granularity
 
         plan = apply_config(plan, config, PassContext(spec, size_bytes), parse_granularity(nar_granularity))
+    if bounds_only:
+        if trace_file is not None:
+            raise UsageError("--bounds-only replays nothing, so it has no --trace")
+        lower, floor = placement_bounds(plan, spec, size_bytes, packet_bytes=packets)  # type: ignore[arg-type]
+        typer.echo(f"# {plan.name}: {plan.collective.value}, {plan.ngpus} GPUs, {spec.name}, "
+                   f"{format_size(size_bytes)}: lower bound {lower:.1f} ns, placement floor {floor:.1f} ns "
+                   f"(no replay)")
+        if json_file is not None:
+            write_json(json_file, {"plan": plan.name, "topology": spec.name, "size_bytes": size_bytes,
+                                   "lower_bound_ns": lower, "placement_floor_ns": floor})
+        return
     res = run(plan, spec, size_bytes, packet_bytes=packets, seed=seed,  # type: ignore[arg-type]
               trace=trace_file is not None, options=SimOptions(windowed=windowed))
     lat = res.remote_store_latency

@@ -138,3 +138,22 @@ def test_simulate_windowed(run_cli, plan_file: Path, tmp_path: Path) -> None:
     assert "windowed scheduling cannot record a trace" in res.err
     assert "Traceback" not in res.err
     assert not trace.exists()
+
+
+def test_simulate_bounds_only_gives_the_replays_bounds_without_replaying(run_cli, plan_file: Path,  # type: ignore[no-untyped-def]
+                                                                         tmp_path: Path) -> None:
+    full, bounds = tmp_path / "r.json", tmp_path / "b.json"
+    replay = run_cli("simulate", plan_file, "--size", "1MiB", "--packet-bytes", "auto", "--json", full)
+    assert replay.code == 0, replay.err
+    res = run_cli("simulate", plan_file, "--size", "1MiB", "--packet-bytes", "auto", "--bounds-only",
+                  "--json", bounds)
+    assert res.code == 0, res.err
+    replayed, data = json.loads(full.read_text()), json.loads(bounds.read_text())
+    assert (data["lower_bound_ns"], data["placement_floor_ns"]) == (replayed["lower_bound_ns"],
+                                                                     replayed["placement_floor_ns"])
+    assert "events" not in data
+    assert f"placement floor {data['placement_floor_ns']:.1f} ns (no replay)" in res.out
+    bad = run_cli("simulate", plan_file, "--size", "1MiB", "--bounds-only", "--trace", tmp_path / "t.json")
+    assert bad.code != 0
+    assert len(bad.err.strip().splitlines()) == 1
+    assert not (tmp_path / "t.json").exists()
