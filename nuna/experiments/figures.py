@@ -51,6 +51,8 @@ DEFAULT_SPEC_DIR = Path(__file__).resolve().parents[2] / "scripts" / "sweeps"
 _BASELINE = "UA"
 #: The figure whose ``tbs_per_peer`` values are its series ("many" vs "few"), never reduced.
 _TBS_SERIES_FIGURE = "fig13"
+#: speedup figures that mark the most any configuration can gain (``_ceilings``)
+_CEILING_FIGURES = ("fig9", "fig11")
 #: Figures that draw one panel per topology; the others draw one topology.
 _PER_TOPOLOGY_FIGURES = ("fig13",)
 QUICK_GPUS = 2
@@ -249,6 +251,29 @@ def _rows(records: Sequence[Mapping[str, Any]], *, best_tbs: bool) -> list[tuple
     return rows
 
 
+def _ceilings(records: Sequence[Mapping[str, Any]],
+              pairs: Sequence[tuple[dict[str, Any], TbsChoice]]) -> list[dict[str, Any]]:
+    """Per point of a speedup figure (all but the configuration, granularity and threadblock
+    count), the most any configuration can gain over UA: UA's time at its fastest count over the
+    placement floor (``placement_floor_ns``: what no placement or routing beats), the lowest
+    floor of the counts run. Points whose results carry no floor (before nuna 0.5.0) have none."""
+    ignore = ("config", "nar_granularity", "tbs_per_peer")
+    floors: dict[str, float] = {}
+    for r in records:
+        floor = r["result"].get("placement_floor_ns")
+        if floor:
+            key = _twin_key(r["point"], ignore)
+            floors[key] = min(floors.get(key, math.inf), float(floor))
+    out = []
+    for row, choice in pairs:
+        key = _twin_key(choice.record["point"], ignore)
+        if row["config"] == _BASELINE and key in floors:
+            out.append({"collective": row["collective"], "gpus": row["gpus"], "size_bytes": row["size_bytes"],
+                        "gemm_bytes": row["gemm_bytes"], "topology": row["topology"], "floor_ns": floors[key],
+                        "max_speedup": row["time_ns"] / floors[key]})
+    return out
+
+
 def _fig10(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     panels = []
     for c in best_tbs_per_peer(records):
@@ -295,6 +320,8 @@ def figure_data(name: str, records: Sequence[Mapping[str, Any]]) -> dict[str, An
         for row in rows:
             row["relative_time"] = row["time_ns"] / ua_alone if ua_alone else None
     data["rows"] = rows
+    if name in _CEILING_FIGURES:
+        data["ceilings"] = _ceilings(records, pairs)
     return data
 
 
@@ -324,6 +351,26 @@ def _speedup_bars(ax: Axes, rows: Sequence[Mapping[str, Any]], groups: Sequence[
     scale = rows if scale_rows is None else scale_rows
     tallest = max((r["speedup"] for r in scale if r["speedup"] is not None), default=1.0)
     ax.set_ylim(0.0, 1.35 * max(1.0, tallest))
+
+
+def _draw_ceilings(ax: Axes, ceilings: Sequence[Mapping[str, Any]], groups: Sequence[Any],
+                   group_of: Callable[[Mapping[str, Any]], Any], top: float) -> None:
+    """A dotted line over each group at the most any configuration can gain there, and the
+    y axis raised to ``top`` (the highest bar or line of every panel sharing it)."""
+    labelled = False
+    for g, group in enumerate(groups):
+        for c in ceilings:
+            if group_of(c) == group:
+                # matplotlib leaves labels that start with "_" out of the legend
+                ax.hlines(c["max_speedup"], g - 0.45, g + 0.45, colors="black", linestyles=":", linewidth=1.0,
+                          label="_ceiling" if labelled else "no placement beats (floor)")
+                labelled = True
+    ax.set_ylim(0.0, 1.35 * max(1.0, top))
+
+
+def _top(data: Mapping[str, Any]) -> float:
+    return max([r["speedup"] for r in data["rows"] if r["speedup"] is not None]
+               + [c["max_speedup"] for c in data.get("ceilings", ())], default=1.0)
 
 
 def _ordered(values: Any) -> list[Any]:
@@ -385,6 +432,8 @@ def _render_fig9(fig: Figure, data: Mapping[str, Any]) -> None:
             sub = [r for r in rows if r["collective"] == coll and r["gpus"] == n]
             _speedup_bars(ax, sub, sizes, lambda r: r["size_bytes"], configs, [format_size(s) for s in sizes],
                           scale_rows=rows)
+            here = [c for c in data.get("ceilings", ()) if c["collective"] == coll and c["gpus"] == n]
+            _draw_ceilings(ax, here, sizes, lambda r: r["size_bytes"], _top(data))
             ax.set_title(f"{coll}, {n} GPUs", fontsize=8)
             ax.tick_params(labelsize=6)
             if j == 0:
@@ -430,6 +479,7 @@ def _render_fig11(fig: Figure, data: Mapping[str, Any]) -> None:
     configs = _configs(rows, exclude_baseline=False)
     ax = fig.subplots()
     _speedup_bars(ax, rows, sizes, lambda r: r["size_bytes"], configs, [format_size(s) for s in sizes])
+    _draw_ceilings(ax, data.get("ceilings", ()), sizes, lambda r: r["size_bytes"], _top(data))
     ax.set_ylabel("speedup over UA")
     ax.set_xlabel("allgather size")
     _legend(ax, fontsize=7, ncol=4)

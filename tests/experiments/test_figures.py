@@ -135,6 +135,29 @@ def test_fig9_has_one_panel_per_collective_and_pod_with_grouped_bars() -> None:
         assert sorted(bar_heights(ax)) == pytest.approx(sorted([1.1, 1.1, 1.2, 1.2]))
 
 
+def test_fig9_marks_the_most_any_configuration_can_gain() -> None:
+    # UA's best count (4) over the lowest floor of the point, whichever count or configuration
+    # reported it; a point without floors (older results) has no mark
+    floor = {"placement_floor_ns": 0.0}
+    records = [record("UA", 300.0, tbs=1, extra={"placement_floor_ns": 150.0}),
+               record("UA", 200.0, tbs=4, extra={"placement_floor_ns": 140.0}),
+               record("NAP+NAR", 160.0, tbs=1, extra={"placement_floor_ns": 150.0}),
+               record("NAP+NAR", 180.0, tbs=4, extra={"placement_floor_ns": 125.0}),
+               record("UA", 100.0, size=10**9), record("NAP+NAR", 90.0, size=10**9, extra=floor)]
+    data = figure_data("fig9", records)
+    (ceiling,) = data["ceilings"]
+    assert ceiling["size_bytes"] == 1_000_000
+    assert ceiling["floor_ns"] == 125.0
+    assert ceiling["max_speedup"] == pytest.approx(200.0 / 125.0)
+    (ax,) = render("fig9", data).axes
+    (marks,) = ax.collections
+    (segment,) = marks.get_segments()
+    assert segment[:, 1] == pytest.approx([1.6, 1.6])
+    assert segment[:, 0].mean() == pytest.approx(0.0)  # over the first size group
+    assert "no placement beats (floor)" in [t.get_text() for t in ax.get_legend().get_texts()]
+    assert ax.get_ylim()[1] >= 1.6
+
+
 def test_fig10_marks_mean_and_max_on_each_histogram() -> None:
     def panel(config: str, mean: float, mx: float) -> dict[str, Any]:
         counts = [0] * 900 + [5, 10, 20, 10, 5] + [0] * 3 + [1]
