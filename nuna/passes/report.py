@@ -86,11 +86,17 @@ class Comparison:
         every configuration unless one stores without loading first)."""
         return min((r.result.placement_floor_ns for r in self.rows), default=0.0)
 
+    def headroom_taken(self, row: ConfigRow) -> float | None:
+        """The share of the first configuration's distance to the placement floor that ``row``
+        closes (negative when it is slower); ``None`` when the first is at the floor."""
+        floor, first = self.placement_floor_ns, self.rows[0].time_ns
+        return (first - row.time_ns) / (first - floor) if first > floor else None
+
     def to_json(self) -> dict[str, Any]:
         return {"plan": self.plan, "topology": self.topology, "size_bytes": self.size_bytes,
                 "size_note": self.size_note, "placement_floor_ns": self.placement_floor_ns,
                 "reference": self.rows[0].config if self.rows else None,
-                "configs": [r.to_json() for r in self.rows]}
+                "configs": [{**r.to_json(), "headroom_taken": self.headroom_taken(r)} for r in self.rows]}
 
 
 def _port_balance(result: SimResult) -> tuple[float, int]:
@@ -214,10 +220,12 @@ def format_comparison(c: Comparison) -> str:
     floor = c.placement_floor_ns
     bound = []
     if floor > 0 and c.rows:
+        taken = [f"{r.config} {share * 100:.0f}%" for r in c.rows[1:]
+                 if (share := c.headroom_taken(r)) is not None]
         bound = [f"placement floor {floor / 1000:.3f} us (best load and store paths, port bandwidth, "
                  f"the plan's steps in order): "
                  f"no configuration can be more than {c.rows[0].time_ns / floor:.2f}x faster than "
-                 f"{c.rows[0].config}"]
+                 f"{c.rows[0].config}" + (f"; of that headroom: {', '.join(taken)}" if taken else "")]
     note = [f"note: {c.size_note}"] if c.size_note else []
     return "\n".join(head + _aligned(table) + bound + note)
 

@@ -147,6 +147,12 @@ def test_cli_diff(cli: Callable[..., CliResult], tmp_path: Path) -> None:
     assert 0 < doc["placement_floor_ns"] <= min(c["time_ns"] for c in doc["configs"])
     ratio = doc["configs"][0]["time_ns"] / doc["placement_floor_ns"]
     assert f"more than {ratio:.2f}x faster than UA" in r.out
+    # and what share of that distance each configuration closes
+    ua, floor = doc["configs"][0]["time_ns"], doc["placement_floor_ns"]
+    for c in doc["configs"]:
+        assert c["headroom_taken"] == pytest.approx((ua - c["time_ns"]) / (ua - floor))
+    nap = doc["configs"][2]["headroom_taken"]
+    assert f"NAP+NAR {nap * 100:.0f}%" in r.out
     bad = cli("diff", plan_file, "--size", "24KiB", "--configs", "UA,XYZ")
     assert bad.code == 1
     assert "unknown config" in bad.err
