@@ -182,6 +182,8 @@ def _cu_link_bandwidth(net: PodNet, tables: tuple[Any, ...], cu_is_src: bool) ->
         cu = pos // t.ndst if cu_is_src else pos % t.ndst
         pairs.append(np.stack([cu, edges.astype(np.int64)], axis=1))
     uniq = np.unique(np.concatenate(pairs), axis=0)
+    if uniq.shape[0] == 0:  # no CU paths at all: nothing to bound
+        return math.inf
     return float(np.bincount(uniq[:, 0], weights=net.edge_bw[uniq[:, 1]]).max())
 
 
