@@ -174,17 +174,18 @@ class _Shortest:
 def _cu_link_bandwidth(net: PodNet, tables: tuple[Any, ...], cu_is_src: bool) -> float:
     """Total bandwidth of the distinct first (``cu_is_src``) or last edges of the CU's paths in
     ``tables``, for the CU where it is largest."""
-    pairs = []
+    nedges = net.edge_bw.shape[0]
+    keys = []  # cu * nedges + edge: one int per (CU, link) pair
     for t in tables:
         nonempty = np.diff(t.indptr) > 0
         pos = np.flatnonzero(nonempty)
         edges = t.edges[t.indptr[:-1][nonempty]] if cu_is_src else t.edges[t.indptr[1:][nonempty] - 1]
         cu = pos // t.ndst if cu_is_src else pos % t.ndst
-        pairs.append(np.stack([cu, edges.astype(np.int64)], axis=1))
-    uniq = np.unique(np.concatenate(pairs), axis=0)
+        keys.append(cu * nedges + edges.astype(np.int64))
+    uniq = np.unique(np.concatenate(keys))
     if uniq.shape[0] == 0:  # no CU paths at all: nothing to bound
         return math.inf
-    return float(np.bincount(uniq[:, 0], weights=net.edge_bw[uniq[:, 1]]).max())
+    return float(np.bincount(uniq // nedges, weights=net.edge_bw[uniq % nedges]).max())
 
 
 def _shortest(spec: TopologySpec, net: PodNet) -> _Shortest:
