@@ -11,11 +11,12 @@ floors with this nuna instead of reading them (results of nuna before 0.5.1, e.g
 from __future__ import annotations
 
 import argparse
-import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from nuna.experiments.figures import best_tbs_per_peer
+from nuna.experiments.figures import best_tbs_per_peer, lowest_floors, point_key
+from nuna.experiments.spec import canonical_json
 from nuna.experiments.store import load_results
 from nuna.plan.generate import generate
 from nuna.sim import placement_bounds
@@ -41,36 +42,33 @@ def headroom_rows(out_dir: Path, configs: tuple[str, str] = ("UA", "NAP+NAR"),
     ``recompute``: each point's floor from :func:`floor_now` instead of its result (for results
     of a nuna whose floor was looser, before 0.5.1)."""
     records = [r for r in load_results(out_dir) if r["point"]["config"] in configs]
-    floor: dict[tuple[str, int, int], float] = {}
-    computed: dict[tuple[Any, ...], float] = {}  # configurations of one point share its floor
-    for r in records:
-        p = r["point"]
-        key = (p["collective"], int(p["gpus"]), int(p["size_bytes"]))
-        if recompute:
-            inputs = tuple(p[k] for k in ("collective", "gpus", "size_bytes", "algo", "tbs_per_peer",
-                                          "topology", "packet_bytes"))
-            if inputs not in computed:
-                computed[inputs] = floor_now(p)
-            fl = computed[inputs]
-        else:
-            fl = float(r["result"]["placement_floor_ns"])
-        floor[key] = min(floor.get(key, math.inf), fl)
-    best: dict[tuple[tuple[str, int, int], str], Any] = {}
+    computed: dict[str, float] = {}  # the configurations of a point at one count share its floor
+
+    def recomputed(record: Mapping[str, Any]) -> float:
+        point = record["point"]
+        inputs = canonical_json({k: v for k, v in point.items() if k not in ("config", "nar_granularity")})
+        if inputs not in computed:
+            computed[inputs] = floor_now(point)
+        return computed[inputs]
+
+    floor = lowest_floors(records, recomputed if recompute else None)
+    best: dict[tuple[str, str], Any] = {}
     for choice in best_tbs_per_peer(records):
-        p = choice.record["point"]
-        best[((p["collective"], int(p["gpus"]), int(p["size_bytes"])), p["config"])] = choice
+        best[(point_key(choice.record["point"]), choice.record["point"]["config"])] = choice
     rows = []
     for key in sorted({k for k, _ in best}):
         if (key, configs[0]) not in best or (key, configs[1]) not in best:
             continue
         ref, new = best[(key, configs[0])], best[(key, configs[1])]
         fl = floor[key]
-        rows.append({"collective": key[0], "gpus": key[1], "size_bytes": key[2], "floor_ns": fl,
-                     "ref_ns": ref.time_ns, "ref_tbs": ref.tbs_per_peer, "new_ns": new.time_ns,
-                     "new_tbs": new.tbs_per_peer, "ref_over_floor": ref.time_ns / fl,
+        p = ref.record["point"]
+        rows.append({"collective": p["collective"], "gpus": int(p["gpus"]),
+                     "size_bytes": int(p["size_bytes"]), "floor_ns": fl, "ref_ns": ref.time_ns,
+                     "ref_tbs": ref.tbs_per_peer, "new_ns": new.time_ns, "new_tbs": new.tbs_per_peer,
+                     "ref_over_floor": ref.time_ns / fl,
                      "speedup": ref.time_ns / new.time_ns,
                      "taken": (ref.time_ns - new.time_ns) / (ref.time_ns - fl) if ref.time_ns > fl else 0.0})
-    return rows
+    return sorted(rows, key=lambda r: (r["collective"], r["gpus"], r["size_bytes"]))
 
 
 def main() -> None:

@@ -251,22 +251,40 @@ def _rows(records: Sequence[Mapping[str, Any]], *, best_tbs: bool) -> list[tuple
     return rows
 
 
-def _ceilings(records: Sequence[Mapping[str, Any]],
-              pairs: Sequence[tuple[dict[str, Any], TbsChoice]]) -> list[dict[str, Any]]:
-    """Per point of a speedup figure (all but the configuration, granularity and threadblock
-    count), the most any configuration can gain over UA: UA's time at its fastest count over the
-    placement floor (``placement_floor_ns``: what no placement or routing beats), the lowest
-    floor of the counts run. Points whose results carry no floor (before nuna 0.5.0) have none."""
-    ignore = ("config", "nar_granularity", "tbs_per_peer")
+#: fields in which the records of one point of a speedup figure differ
+_POINT_VARIANTS = ("config", "nar_granularity", "tbs_per_peer")
+
+
+def point_key(point: Mapping[str, Any]) -> str:
+    """The point a record belongs to in a speedup figure: every field but the configuration,
+    the NAR granularity and the threadblock count."""
+    return _twin_key(point, _POINT_VARIANTS)
+
+
+def lowest_floors(records: Sequence[Mapping[str, Any]],
+                  floor_of: Callable[[Mapping[str, Any]], float] | None = None) -> dict[str, float]:
+    """Per point (:func:`point_key`), the lowest placement floor of its records: what no
+    configuration at any threadblock count beats (a floor counts the plan's step sizes, not its
+    placement). ``floor_of(record)`` gives a record's floor (default: its result's
+    ``placement_floor_ns``; records without one are skipped)."""
     floors: dict[str, float] = {}
     for r in records:
-        floor = r["result"].get("placement_floor_ns")
+        floor = floor_of(r) if floor_of is not None else r["result"].get("placement_floor_ns")
         if floor:
-            key = _twin_key(r["point"], ignore)
+            key = point_key(r["point"])
             floors[key] = min(floors.get(key, math.inf), float(floor))
+    return floors
+
+
+def _ceilings(records: Sequence[Mapping[str, Any]],
+              pairs: Sequence[tuple[dict[str, Any], TbsChoice]]) -> list[dict[str, Any]]:
+    """Per point of a speedup figure, the most any configuration can gain over UA: UA's time at
+    its fastest count over the point's lowest floor (:func:`lowest_floors`). Points whose
+    results carry no floor (from a nuna before the floor existed) have none."""
+    floors = lowest_floors(records)
     out = []
     for row, choice in pairs:
-        key = _twin_key(choice.record["point"], ignore)
+        key = point_key(choice.record["point"])
         if row["config"] == _BASELINE and key in floors:
             out.append({"collective": row["collective"], "gpus": row["gpus"], "size_bytes": row["size_bytes"],
                         "gemm_bytes": row["gemm_bytes"], "topology": row["topology"], "floor_ns": floors[key],
@@ -331,10 +349,10 @@ def figure_data(name: str, records: Sequence[Mapping[str, Any]]) -> dict[str, An
 
 def _speedup_bars(ax: Axes, rows: Sequence[Mapping[str, Any]], groups: Sequence[Any], group_of: Callable[
         [Mapping[str, Any]], Any], configs: Sequence[str], labels: Sequence[str],
-                  scale_rows: Sequence[Mapping[str, Any]] | None = None) -> None:
+                  top: float | None = None) -> None:
     """Grouped bars: one group per entry of ``groups``, one bar per configuration. The y axis
-    fits the tallest bar of ``scale_rows`` (default ``rows``): axes that share their y axis must
-    all pass the rows of every panel, or the last one drawn would clip the others."""
+    fits ``top`` (default: the tallest bar of ``rows``): axes that share their y axis must all
+    pass the highest bar or mark of every panel, or the last one drawn would clip the others."""
     width = 0.8 / max(1, len(configs))
     for c, config in enumerate(configs):
         xs, ys = [], []
@@ -347,16 +365,14 @@ def _speedup_bars(ax: Axes, rows: Sequence[Mapping[str, Any]], groups: Sequence[
                linewidth=0.3)
     ax.axhline(1.0, color="black", linewidth=0.6, linestyle="--")
     ax.set_xticks(range(len(groups)), list(labels))
-    # headroom above the tallest bar for the legend
-    scale = rows if scale_rows is None else scale_rows
-    tallest = max((r["speedup"] for r in scale if r["speedup"] is not None), default=1.0)
-    ax.set_ylim(0.0, 1.35 * max(1.0, tallest))
+    if top is None:
+        top = max((r["speedup"] for r in rows if r["speedup"] is not None), default=1.0)
+    ax.set_ylim(0.0, 1.35 * max(1.0, top))  # room above the highest for the legend
 
 
 def _draw_ceilings(ax: Axes, ceilings: Sequence[Mapping[str, Any]], groups: Sequence[Any],
-                   group_of: Callable[[Mapping[str, Any]], Any], top: float) -> None:
-    """A dotted line over each group at the most any configuration can gain there, and the
-    y axis raised to ``top`` (the highest bar or line of every panel sharing it)."""
+                   group_of: Callable[[Mapping[str, Any]], Any]) -> None:
+    """A dotted line over each group at the most any configuration can gain there."""
     labelled = False
     for g, group in enumerate(groups):
         for c in ceilings:
@@ -365,10 +381,10 @@ def _draw_ceilings(ax: Axes, ceilings: Sequence[Mapping[str, Any]], groups: Sequ
                 ax.hlines(c["max_speedup"], g - 0.45, g + 0.45, colors="black", linestyles=":", linewidth=1.0,
                           label="_ceiling" if labelled else "no placement beats (floor)")
                 labelled = True
-    ax.set_ylim(0.0, 1.35 * max(1.0, top))
 
 
 def _top(data: Mapping[str, Any]) -> float:
+    """The highest bar or ceiling of a speedup figure: what its shared y axis must fit."""
     return max([r["speedup"] for r in data["rows"] if r["speedup"] is not None]
                + [c["max_speedup"] for c in data.get("ceilings", ())], default=1.0)
 
@@ -431,9 +447,9 @@ def _render_fig9(fig: Figure, data: Mapping[str, Any]) -> None:
             ax = axes[i][j]
             sub = [r for r in rows if r["collective"] == coll and r["gpus"] == n]
             _speedup_bars(ax, sub, sizes, lambda r: r["size_bytes"], configs, [format_size(s) for s in sizes],
-                          scale_rows=rows)
+                          top=_top(data))
             here = [c for c in data.get("ceilings", ()) if c["collective"] == coll and c["gpus"] == n]
-            _draw_ceilings(ax, here, sizes, lambda r: r["size_bytes"], _top(data))
+            _draw_ceilings(ax, here, sizes, lambda r: r["size_bytes"])
             ax.set_title(f"{coll}, {n} GPUs", fontsize=8)
             ax.tick_params(labelsize=6)
             if j == 0:
@@ -478,8 +494,9 @@ def _render_fig11(fig: Figure, data: Mapping[str, Any]) -> None:
     sizes = _ordered(r["size_bytes"] for r in rows)
     configs = _configs(rows, exclude_baseline=False)
     ax = fig.subplots()
-    _speedup_bars(ax, rows, sizes, lambda r: r["size_bytes"], configs, [format_size(s) for s in sizes])
-    _draw_ceilings(ax, data.get("ceilings", ()), sizes, lambda r: r["size_bytes"], _top(data))
+    _speedup_bars(ax, rows, sizes, lambda r: r["size_bytes"], configs, [format_size(s) for s in sizes],
+                  top=_top(data))
+    _draw_ceilings(ax, data.get("ceilings", ()), sizes, lambda r: r["size_bytes"])
     ax.set_ylabel("speedup over UA")
     ax.set_xlabel("allgather size")
     _legend(ax, fontsize=7, ncol=4)

@@ -266,7 +266,7 @@ def _step_floor_ns(spec: TopologySpec, net: PodNet, short: _Shortest, dag: Repla
     nn = code.shape[0]
     njobs = np.diff(n_job_ptr)
     node_of = np.repeat(np.arange(nn), njobs)
-    cls = j_cls[: node_of.shape[0]]
+    cls = j_cls  # one row per job
     n_loads = np.zeros(nn, dtype=np.int64)
     np.maximum.at(n_loads, node_of, (cls[:, 0] >= 0).astype(np.int64) + (cls[:, 1] >= 0))
     local = np.bincount(node_of[cls[:, 2] >= 0], minlength=nn) > 0
