@@ -24,7 +24,10 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
     if not folder.is_dir():
         raise InputError(f"{target}: folder {folder} does not exist")
     payload = data.encode("utf-8") if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
+    except OSError as err:  # name the user's file, not the temporary one
+        raise InputError(f"{target}: cannot write in {folder}: {err.strerror or err}") from err
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(payload)
@@ -33,6 +36,9 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
         # mkstemp creates 0600; give the file the mode a plain open() would have
         os.chmod(tmp, 0o666 & ~_current_umask())
         os.replace(tmp, target)
+    except OSError as err:
+        Path(tmp).unlink(missing_ok=True)
+        raise InputError(f"{target}: cannot write: {err.strerror or err}") from err
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -34,3 +34,21 @@ def test_failed_write_keeps_previous_file(tmp_path: Path) -> None:
 def test_missing_folder_is_an_input_error(tmp_path: Path) -> None:
     with pytest.raises(InputError):
         write_atomic(tmp_path / "nope" / "x.txt", "x")
+
+
+def test_target_that_is_a_folder_is_an_input_error_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "keep").write_text("x")
+    with pytest.raises(InputError, match=r"d: cannot write"):
+        write_atomic(tmp_path / "d", "x")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d"]  # no temporary left behind
+    assert (tmp_path / "d" / "keep").read_text() == "x"
+
+
+def test_unwritable_folder_names_the_target_not_the_temporary() -> None:
+    # /proc refuses new files even to root, where a read-only mode would not
+    if not Path("/proc/self").is_dir():
+        pytest.skip("needs Linux /proc")
+    with pytest.raises(InputError, match=r"/proc/x\.txt: cannot write in /proc") as err:
+        write_atomic("/proc/x.txt", "x")
+    assert ".tmp" not in str(err.value)
