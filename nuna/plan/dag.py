@@ -413,15 +413,16 @@ def format_issue(plan: Plan, issue: DagIssue) -> str:
     return f"{' '.join(parts)}: {issue.message}" if parts else issue.message
 
 
-def build_dag(plan: Plan) -> ReplayDag:
-    """Build the replay DAG of ``plan`` (see :class:`ReplayDag`).
+def build_dag(plan: Plan, flat: FlatPlan | None = None) -> ReplayDag:
+    """Build the replay DAG of ``plan`` (see :class:`ReplayDag`); ``flat``: ``flatten(plan)``
+    if the caller has it already.
 
     Dependencies name their target step by its ``s`` attribute, as the XML does. Raises
     ``PlanError`` (the first problem :func:`analyze` finds) when the plan has no well-defined
     DAG. Cycles are *not* rejected here: :func:`find_cycle` reports them, so that the verifier
     can name the steps on one.
     """
-    result = analyze(plan, limit=1)
+    result = analyze(plan, flat, limit=1)
     if result.dag is None:
         raise PlanError(format_issue(plan, result.issues[0]))
     return result.dag

@@ -386,8 +386,8 @@ def _prepare(plan: Plan, topology_spec: TopologySpec, size_bytes: int, packet_by
     ngpus = plan.ngpus
     if sorted(g.id for g in plan.gpus) != list(range(ngpus)):
         raise SimulationError(f"plan {plan.name}: GPU ids must be 0..{ngpus - 1}")
-    dag = build_dag(plan)
     flat = flatten(plan)
+    dag = build_dag(plan, flat)
     nn = flat.num_nodes
     n_gpu = flat.tb_gpu[flat.node_tb].astype(np.int64)
     _check_operands(flat, plan, n_gpu)
