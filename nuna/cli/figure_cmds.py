@@ -9,9 +9,11 @@ from pathlib import Path
 
 import typer
 
+from nuna.cli.common import parse_size_option
 from nuna.cli.sweep_cmds import _ProgressBar
 from nuna.experiments.figures import FIGURES, run_figure
 from nuna.topology.spec import is_topology_path, load_topology
+from nuna.units import format_size
 
 
 class ExecutorName(StrEnum):
@@ -45,6 +47,10 @@ def figure(
                                          "sweep of its own (fig9-windowed, fig9-one-queue). Default: "
                                          "windowed from 16 GPUs (equal-time events of different GPUs in "
                                          "GPU order; faster there).", show_default=False),
+    max_packet_bytes: str | None = typer.Option(None, "--max-packet-bytes", help="Cap the packets that "
+                                                "packet_bytes = 'auto' picks (e.g. 4KiB: none coarse; "
+                                                "slower at large sizes), into a sweep of its own "
+                                                "(fig9-packets4KiB).", show_default=False),
 ) -> None:
     """Render one of the paper's Figures 9-14 from its sweep (run or resumed as needed).
 
@@ -61,13 +67,20 @@ def figure(
         if topology is not None:
             load_topology(topology)  # a bad name or file fails here, before any point runs
             only["topologies"] = [str(Path(topology).resolve()) if is_topology_path(topology) else topology]
+        cap = None if max_packet_bytes is None else parse_size_option(max_packet_bytes)
         result = run_figure(name, out, spec_dir=spec_dir, quick=quick, executor=executor.value, jobs=jobs,
-                            progress=bar, only=only, windowed=windowed)
+                            progress=bar, only=only, windowed=windowed, max_packet_bytes=cap)
     finally:
         bar.close()
     s = result.summary
     typer.echo(f"{name}: {s.ok}/{s.total} points ({s.ran} ran, {s.already_done} reused) -> "
                f"{result.png}, {result.svg}, {result.data_json}")
+    coarse = result.data.get("coarse_rows", 0)
+    if coarse:
+        typer.echo(f"note: {coarse} of the figure's bars come from packets over "
+                   f"{format_size(result.data['coarse_packet_bytes'])} (hatched: their error differs "
+                   "by configuration and has favoured NAR, docs/simulator.md §5); --max-packet-bytes "
+                   "4KiB avoids them, slower")
     unselectable = result.data.get("msccl_unselectable_points", 0)
     if unselectable:
         typer.echo(f"note: {unselectable} of {result.data['points']} points replay a plan that MSCCL "

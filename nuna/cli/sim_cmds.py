@@ -90,6 +90,11 @@ def simulate(
                                          "equal-time events of different GPUs in GPU order; not with "
                                          "--trace), or one queue for the pod. Default: windowed from 16 "
                                          "GPUs, where it is faster, unless --trace.", show_default=False),
+    max_packet_bytes: str | None = typer.Option(None, "--max-packet-bytes", help="With --packet-bytes "
+                                                "auto: the largest packet it may pick (a power-of-two "
+                                                "multiple of the flit; default 64KiB). Packets over 4KiB "
+                                                "are coarse: 4KiB is closer, and slower.",
+                                                show_default=False),
     bounds_only: bool = typer.Option(False, "--bounds-only", help="Only the lower bound and the placement "
                                      "floor (what no placement or routing beats), without the replay: "
                                      "seconds where a large replay takes minutes."),
@@ -99,11 +104,17 @@ def simulate(
     from nuna.plan.xml import load
     from nuna.sim.replay import SimOptions, placement_bounds
     from nuna.sim.replay import simulate as run
+    from nuna.sim.result import coarse_packet_note
     from nuna.sim.trace import chrome_trace
     from nuna.topology.spec import load_topology
 
     size_bytes = _size(size)
     packets = _packet_bytes(packet_bytes)
+    options = SimOptions(windowed=windowed)
+    if max_packet_bytes is not None:
+        if packets != "auto":
+            raise UsageError("--max-packet-bytes caps what --packet-bytes auto picks; give one or the other")
+        options = SimOptions(windowed=windowed, max_packet_bytes=_size(max_packet_bytes))
     spec = load_topology(topology)
     plan = load(plan_file)
     if config is not None:
@@ -115,7 +126,8 @@ def simulate(
     if bounds_only:
         if trace_file is not None:
             raise UsageError("--bounds-only replays nothing, so it has no --trace")
-        lower, floor = placement_bounds(plan, spec, size_bytes, packet_bytes=packets)  # type: ignore[arg-type]
+        lower, floor = placement_bounds(plan, spec, size_bytes, packet_bytes=packets,  # type: ignore[arg-type]
+                                        options=options)
         typer.echo(f"# {plan.name}: {plan.collective.value}, {plan.ngpus} GPUs, {spec.name}, "
                    f"{format_size(size_bytes)}: lower bound {lower:.1f} ns, placement floor {floor:.1f} ns "
                    f"(no replay)")
@@ -124,7 +136,7 @@ def simulate(
                                    "lower_bound_ns": lower, "placement_floor_ns": floor})
         return
     res = run(plan, spec, size_bytes, packet_bytes=packets, seed=seed,  # type: ignore[arg-type]
-              trace=trace_file is not None, options=SimOptions(windowed=windowed))
+              trace=trace_file is not None, options=options)
     lat = res.remote_store_latency
     typer.echo(f"# {plan.name}: {plan.collective.value}, {plan.ngpus} GPUs, {spec.name}, "
                f"packets of {res.packet_bytes} B")
@@ -139,9 +151,9 @@ def simulate(
                f"remote stores: {lat.count} lines, latency mean {lat.mean_ns:.0f} p50 {lat.p50_ns:.0f} "
                f"p99 {lat.p99_ns:.0f} max {lat.max_ns:.0f} ns; busiest I/O port {busiest * 100:.0f}% busy; "
                f"{res.die_crossing_bytes} B across dies; {res.events} events in {res.wall_s:.2f} s")
-    note = res.size_fit.note()
-    if note is not None:
-        typer.echo(f"# note: {note}")
+    for note in (res.size_fit.note(), coarse_packet_note(res.packet_bytes)):
+        if note is not None:
+            typer.echo(f"# note: {note}")
     if json_file is not None:
         write_json(json_file, res.to_json())
     if trace_file is not None:

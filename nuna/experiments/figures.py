@@ -33,9 +33,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nuna.errors import InputError, UsageError
-from nuna.experiments.spec import SweepSpec, canonical_json, restrict_grid, windowed_spec
+from nuna.experiments.spec import SweepSpec, canonical_json, packet_cap_spec, restrict_grid, windowed_spec
 from nuna.experiments.sweep import ProgressCallback, SweepSummary, load_results, load_sweep_spec, run_sweep
 from nuna.fsutil import write_atomic
+from nuna.sim.result import COARSE_PACKET_BYTES
 from nuna.topology.spec import DEFAULT_TOPOLOGY, is_topology_path
 from nuna.units import format_size
 
@@ -114,7 +115,8 @@ def quick_spec(name: str, spec: SweepSpec) -> SweepSpec:
 def run_figure(name: str, out_dir: str | Path, *, spec_dir: str | Path | None = None, quick: bool = False,
                executor: str = "local", jobs: int | None = None,
                progress: ProgressCallback | None = None,
-               only: Mapping[str, Sequence[str]] | None = None, windowed: bool | None = None) -> FigureOutput:
+               only: Mapping[str, Sequence[str]] | None = None, windowed: bool | None = None,
+               max_packet_bytes: int | None = None) -> FigureOutput:
     """Run (or resume) figure ``name``'s sweep under ``out_dir/sweeps`` and write
     ``out_dir/NAME.{png,svg,json}`` (``NAME-quick.*`` with ``quick``). ``only`` replaces grid
     axes (:func:`nuna.experiments.spec.restrict_grid`: a partial grid, named after the change,
@@ -122,7 +124,8 @@ def run_figure(name: str, out_dir: str | Path, *, spec_dir: str | Path | None = 
     ``out_dir/sweeps`` already hold (the full grid, other partial grids) are reused, not rerun.
     Points that failed are left out of the picture; the summary says which. ``windowed``
     replays every point with windowed scheduling or with one queue
-    (:func:`nuna.experiments.spec.windowed_spec`); ``None`` leaves it to the simulator."""
+    (:func:`nuna.experiments.spec.windowed_spec`); ``None`` leaves it to the simulator.
+    ``max_packet_bytes`` caps ``"auto"``'s packets (:func:`nuna.experiments.spec.packet_cap_spec`)."""
     spec = load_sweep_spec(figure_spec_path(name, spec_dir))
     if only:
         spec = restrict_grid(spec, only)
@@ -130,6 +133,8 @@ def run_figure(name: str, out_dir: str | Path, *, spec_dir: str | Path | None = 
         spec = quick_spec(name, spec)
     if windowed is not None:
         spec = windowed_spec(spec, windowed)
+    if max_packet_bytes is not None:
+        spec = packet_cap_spec(spec, max_packet_bytes)
     topologies = sorted({topology for grid in spec.grids() for topology in grid.topologies})
     if len(topologies) > 1 and name not in _PER_TOPOLOGY_FIGURES:
         # checked before anything runs: the bars of two machines would be drawn on top of each other
@@ -242,6 +247,8 @@ def _rows(records: Sequence[Mapping[str, Any]], *, best_tbs: bool) -> list[tuple
             "tbs_per_peer": p["tbs_per_peer"], "gemm_bytes": p.get("gemm_bytes", 0),
             "topology": p.get("topology"),
             "time_ns": t, "speedup": (ua.time_ns / t) if ua is not None and t > 0 else None,
+            "packet_bytes": c.record["result"].get("packet_bytes"),
+            "baseline_packet_bytes": ua.record["result"].get("packet_bytes") if ua is not None else None,
         }
         if best_tbs:
             row["tbs_per_peer_best"] = c.tbs_per_peer
@@ -338,13 +345,37 @@ def figure_data(name: str, records: Sequence[Mapping[str, Any]]) -> dict[str, An
         for row in rows:
             row["relative_time"] = row["time_ns"] / ua_alone if ua_alone else None
     data["rows"] = rows
+    data["coarse_packet_bytes"] = COARSE_PACKET_BYTES
+    coarse = sum(1 for row in rows if _coarse(row))
+    if coarse:
+        data["coarse_rows"] = coarse
     if name in _CEILING_FIGURES:
         data["ceilings"] = _ceilings(records, pairs)
     return data
 
 
+def _coarse(row: Mapping[str, Any]) -> bool:
+    """Whether a row's time or speedup comes from a replay with coarse packets
+    (:data:`nuna.sim.result.COARSE_PACKET_BYTES`): their error differs by configuration, so a
+    speedup inherits it from either side."""
+    sizes = (row.get("packet_bytes"), row.get("baseline_packet_bytes"))
+    return any(b is not None and b > COARSE_PACKET_BYTES for b in sizes)
+
+
 # --------------------------------------------------------------------------------------------
 # numbers -> pictures
+
+_COARSE_HATCH = "////"
+
+
+def _coarse_handles(rows: Sequence[Mapping[str, Any]]) -> list[Any]:
+    """A legend entry for the hatched bars, when any of ``rows`` (the figure's) has one."""
+    from matplotlib.patches import Patch
+
+    if not any(_coarse(r) for r in rows):
+        return []
+    return [Patch(facecolor="white", edgecolor="black", linewidth=0.3, hatch=_COARSE_HATCH,
+                  label=f"packets > {format_size(COARSE_PACKET_BYTES)} (approximate)")]
 
 
 def _speedup_bars(ax: Axes, rows: Sequence[Mapping[str, Any]], groups: Sequence[Any], group_of: Callable[
@@ -355,14 +386,15 @@ def _speedup_bars(ax: Axes, rows: Sequence[Mapping[str, Any]], groups: Sequence[
     pass the highest bar or mark of every panel, or the last one drawn would clip the others."""
     width = 0.8 / max(1, len(configs))
     for c, config in enumerate(configs):
-        xs, ys = [], []
+        xs, ys, hatches = [], [], []
         for g, group in enumerate(groups):
             for row in rows:
                 if row["config"] == config and group_of(row) == group and row["speedup"] is not None:
                     xs.append(g - 0.4 + width * (c + 0.5))
                     ys.append(row["speedup"])
+                    hatches.append(_COARSE_HATCH if _coarse(row) else None)
         ax.bar(xs, ys, width=width, label=config, color=_COLOURS.get(config, "#999999"), edgecolor="black",
-               linewidth=0.3)
+               linewidth=0.3, hatch=hatches)
     ax.axhline(1.0, color="black", linewidth=0.6, linestyle="--")
     ax.set_xticks(range(len(groups)), list(labels))
     if top is None:
@@ -428,11 +460,12 @@ def _best_of_note(rows: Sequence[Mapping[str, Any]]) -> str:
     return "\neach configuration at its fastest number of threadblocks per peer: " + "; ".join(parts)
 
 
-def _legend(ax: Any, **options: Any) -> None:
-    """A legend, if anything drawn has a label: a partial grid may leave nothing but the
-    baseline, which speedup panels do not draw."""
-    if ax.get_legend_handles_labels()[1]:
-        ax.legend(**options)
+def _legend(ax: Any, extra: Sequence[Any] = (), **options: Any) -> None:
+    """A legend, if anything drawn has a label (a partial grid may leave nothing but the
+    baseline, which speedup panels do not draw), followed by the ``extra`` handles."""
+    handles, labels = ax.get_legend_handles_labels()
+    if labels:
+        ax.legend(handles + list(extra), labels + [h.get_label() for h in extra], **options)
 
 
 def _render_fig9(fig: Figure, data: Mapping[str, Any]) -> None:
@@ -454,7 +487,7 @@ def _render_fig9(fig: Figure, data: Mapping[str, Any]) -> None:
             ax.tick_params(labelsize=6)
             if j == 0:
                 ax.set_ylabel("speedup over UA")
-    _legend(axes[0][0], fontsize=6, loc="upper right")
+    _legend(axes[0][0], _coarse_handles(rows), fontsize=6, loc="upper right")
     fig.suptitle("Fig 9: speedup over UA across pod and collective sizes" + _best_of_note(rows))
 
 
@@ -499,7 +532,7 @@ def _render_fig11(fig: Figure, data: Mapping[str, Any]) -> None:
     _draw_ceilings(ax, data.get("ceilings", ()), sizes, lambda r: r["size_bytes"])
     ax.set_ylabel("speedup over UA")
     ax.set_xlabel("allgather size")
-    _legend(ax, fontsize=7, ncol=4)
+    _legend(ax, _coarse_handles(rows), fontsize=7, ncol=4)
     fig.suptitle("Fig 11: isolation of techniques" + _best_of_note(rows))
 
 

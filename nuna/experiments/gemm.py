@@ -182,6 +182,7 @@ def gemm_point(point: dict[str, Any]) -> dict[str, Any]:
     :func:`nuna.experiments.points.simulate_point`, plus a GEMM of ``point["gemm_bytes"]``
     (none when 0). Adds ``collective_time_ns`` (the collective alone finishing) and ``gemm``
     (how the GEMM was built) to the simulator's JSON; ``wall_s`` goes under ``timing``."""
+    from nuna.experiments.points import point_sim_options
     from nuna.passes import PassContext, apply_config
     from nuna.plan.generate import generate
     from nuna.sim import SimOptions, simulate
@@ -200,7 +201,7 @@ def gemm_point(point: dict[str, Any]) -> dict[str, Any]:
     if gemm_bytes:
         plan, info = add_gemm(plan, topology, size_bytes, gemm_bytes)
     result = simulate(plan, topology, size_bytes, packet_bytes=point["packet_bytes"], seed=seed,
-                      options=SimOptions(windowed=point.get("windowed")))
+                      options=SimOptions(**point_sim_options(point)))
     payload: dict[str, Any] = dict(result.to_json(chip_links=False))  # as sweep points
     payload["timing"] = {"wall_s": payload.pop("wall_s")}
     payload["nar_granularity_used"] = plan.placement.nar_granularity

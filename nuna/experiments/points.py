@@ -14,8 +14,9 @@ Interfaces used:
   ``nuna.passes.apply_config(plan, config, ctx, nar_granularity, *, seed) -> Plan``
   (granularity ``None`` = the passes' heuristic, ``"auto"`` = simulated search, or ``G``)
 - ``nuna.sim.simulate(plan, topology, size_bytes, *, packet_bytes, seed[, gemm_bytes, options]) -> SimResult``
-  with ``SimResult.to_json(*, chip_links=False) -> dict``, and ``nuna.sim.SimOptions(windowed=...)``
-  for points with ``windowed`` (``True`` or ``False``; without it, the simulator's default)
+  with ``SimResult.to_json(*, chip_links=False) -> dict``, and ``nuna.sim.SimOptions(windowed=...,
+  max_packet_bytes=...)`` for points that set them (:func:`point_sim_options`; without them, the
+  simulator's defaults)
 """
 
 from __future__ import annotations
@@ -51,6 +52,12 @@ def _granularity(point: dict[str, Any]) -> int | str | None:
     return None if value in (None, HEURISTIC) else value
 
 
+def point_sim_options(point: dict[str, Any]) -> dict[str, Any]:
+    """The ``nuna.sim.SimOptions`` fields a point sets (``windowed``, ``max_packet_bytes``);
+    the simulator's defaults for the rest."""
+    return {key: point[key] for key in ("windowed", "max_packet_bytes") if point.get(key) is not None}
+
+
 def simulate_point(point: dict[str, Any]) -> dict[str, Any]:
     """Simulate one point of a sweep (keys as in :meth:`nuna.experiments.spec.Point.as_dict`).
 
@@ -73,8 +80,8 @@ def simulate_point(point: dict[str, Any]) -> dict[str, Any]:
                         seed=seed)
 
     options: dict[str, Any] = {"packet_bytes": point["packet_bytes"], "seed": seed}
-    if point.get("windowed") is not None:
-        options["options"] = _require("nuna.sim", "SimOptions")(windowed=point["windowed"])
+    if point_sim_options(point):
+        options["options"] = _require("nuna.sim", "SimOptions")(**point_sim_options(point))
     gemm_bytes = int(point.get("gemm_bytes", 0))
     if gemm_bytes:
         if "gemm_bytes" not in inspect.signature(simulate).parameters:

@@ -65,7 +65,7 @@ _SECTIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
         frozenset({"collectives", "gpus", "sizes", "configs"}),
         frozenset({"nar_granularities", "tbs_per_peer", "topologies", "gemm_sizes", "also"}),
     ),
-    "fixed": (frozenset(), frozenset({"algo", "packet_bytes", "seed", "windowed"})),
+    "fixed": (frozenset(), frozenset({"algo", "packet_bytes", "max_packet_bytes", "seed", "windowed"})),
 }
 
 #: grid axes: spec-file key -> SweepSpec field, in expansion order (outermost first)
@@ -97,7 +97,8 @@ class Point:
     ``"auto"`` (the simulator picks). ``windowed`` ``True`` replays with one event queue per GPU,
     ``False`` with one queue for the pod, ``None`` as the simulator chooses (``nuna.sim.SimOptions``:
     windowed from 16 GPUs): the same model, equal-time events of different GPUs in GPU order or
-    in insertion order, so a set choice is a point of its own.
+    in insertion order, so a set choice is a point of its own. ``max_packet_bytes`` caps the
+    packets ``"auto"`` picks (``None``: the simulator's cap).
     """
 
     collective: str
@@ -112,10 +113,12 @@ class Point:
     packet_bytes: int | str
     seed: int
     windowed: bool | None = None
+    max_packet_bytes: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        # "windowed" only when set, so that points without it keep their ids
+        # "windowed" and "max_packet_bytes" only when set, so that points without them keep their ids
         return {**({"windowed": self.windowed} if self.windowed is not None else {}),
+            **({"max_packet_bytes": self.max_packet_bytes} if self.max_packet_bytes is not None else {}),
             "algo": self.algo,
             "collective": self.collective,
             "config": self.config,
@@ -140,6 +143,8 @@ class Point:
         parts.append(self.topology)
         if self.windowed is not None:
             parts.append("windowed" if self.windowed else "one-queue")
+        if self.max_packet_bytes is not None:
+            parts.append(f"packets<={format_size(self.max_packet_bytes)}")
         return " ".join(parts)
 
 
@@ -176,6 +181,7 @@ class SweepSpec:
     packet_bytes: int | str = 256
     seed: int = 0
     windowed: bool | None = None
+    max_packet_bytes: int | None = None
     also: tuple[GridPatch, ...] = ()
     source: str = field(default="<spec>", compare=False)
 
@@ -272,6 +278,7 @@ def _expand_one(spec: SweepSpec) -> list[Point]:
             packet_bytes=spec.packet_bytes,
             seed=spec.seed,
             windowed=spec.windowed,
+            max_packet_bytes=spec.max_packet_bytes,
         )
         points.append(point)
     return points
@@ -328,12 +335,14 @@ def parse_sweep_spec(
     }
     axes = {GRID_AXES[key]: _value_list(grid, key, default, convert[key], source, "[grid]")
             for key, default in defaults.items()}
+    packet_bytes = _packet_bytes(fixed.get("packet_bytes", 256), source)
     return SweepSpec(
         name=name,
         point_function=point_function,
         **axes,
         algo=_choice(fixed.get("algo", "direct"), ALGOS, source, "[fixed] algo"),
-        packet_bytes=_packet_bytes(fixed.get("packet_bytes", 256), source),
+        packet_bytes=packet_bytes,
+        max_packet_bytes=_max_packet_bytes(fixed, packet_bytes, source),
         seed=_seed(fixed.get("seed", 0), source),
         windowed=None if "windowed" not in fixed else _flag(fixed["windowed"], source, "[fixed] windowed"),
         also=_grid_patches(grid.get("also", []), convert, source),
@@ -426,11 +435,25 @@ def windowed_spec(spec: SweepSpec, windowed: bool = True) -> SweepSpec:
                                name=f"{spec.name}-{'windowed' if windowed else 'one-queue'}")
 
 
+def packet_cap_spec(spec: SweepSpec, max_packet_bytes: int) -> SweepSpec:
+    """``spec`` with ``"auto"`` packets capped at ``max_packet_bytes``, named apart
+    (``fig9-packets4KiB``): a cap that binds changes results, so its points are points of their
+    own. Raises ``UsageError`` unless the spec's packets are ``"auto"``."""
+    if spec.packet_bytes != AUTO:
+        raise UsageError(f"a packet cap applies to packet_bytes = 'auto'; {spec.name} uses "
+                         f"{spec.packet_bytes} B")
+    return dataclasses.replace(spec, max_packet_bytes=_check_cap(max_packet_bytes),
+                               name=f"{spec.name}-packets{format_size(max_packet_bytes)}")
+
+
 def _fixed(spec: SweepSpec) -> dict[str, Any]:
-    """The ``[fixed]`` table of ``spec`` (``windowed`` only when set: older indexes stay equal)."""
+    """The ``[fixed]`` table of ``spec`` (``windowed`` and ``max_packet_bytes`` only when set:
+    older indexes stay equal)."""
     fixed: dict[str, Any] = {"algo": spec.algo, "packet_bytes": spec.packet_bytes, "seed": spec.seed}
     if spec.windowed is not None:
         fixed["windowed"] = spec.windowed
+    if spec.max_packet_bytes is not None:
+        fixed["max_packet_bytes"] = spec.max_packet_bytes
     return fixed
 
 
@@ -595,6 +618,25 @@ def _packet_bytes(value: Any, source: str) -> int | str:
         return _int(value, "packet size", minimum=1)
     except UsageError as err:
         raise _fail(source, "[fixed] packet_bytes", f"{err} (or 'auto')") from None
+
+
+def _check_cap(value: int) -> int:
+    """A packet cap: a power-of-two number of bytes (the simulator checks it against the flit)."""
+    if value < 1 or value & (value - 1):
+        raise UsageError(f"the packet cap must be a power of two bytes (4KiB, 16KiB, ...), got {value} B")
+    return value
+
+
+def _max_packet_bytes(fixed: Mapping[str, Any], packet_bytes: int | str, source: str) -> int | None:
+    if "max_packet_bytes" not in fixed:
+        return None
+    where = "[fixed] max_packet_bytes"
+    if packet_bytes != AUTO:
+        raise _fail(source, where, "caps what packet_bytes = 'auto' picks; packet_bytes is not 'auto'")
+    try:
+        return _check_cap(_size(fixed["max_packet_bytes"], where))
+    except UsageError as err:
+        raise _fail(source, where, str(err)) from None
 
 
 def _seed(value: Any, source: str) -> int:

@@ -56,6 +56,8 @@ class SimOptions:
     element_bytes: int = 4  # fp32, the nccl-tests default type: sets the CU's reduction rate
     router: RouterParams | None = None  # None: the topology's [router] table
     auto_max_jobs: int = 1_500_000  # "auto" grows packets until about this many remain
+    # the largest packet "auto" picks (a power-of-two multiple of the flit): above 4 KiB packets
+    # are coarse (nuna.sim.result.COARSE_PACKET_BYTES); a lower cap trades run time for fidelity
     max_packet_bytes: int = 1 << 16
     hist_bin_ns: float = 1.0
     hist_bins: int = 1 << 16
@@ -383,6 +385,11 @@ def _prepare(plan: Plan, topology_spec: TopologySpec, size_bytes: int, packet_by
                                    or packet_bytes < line or packet_bytes % line):
         raise UsageError(f"packet size must be 'auto' or a multiple of the {line}-byte flit, "
                          f"got {packet_bytes!r}")
+    cap_lines = opts.max_packet_bytes // line
+    bad_cap = opts.max_packet_bytes % line or cap_lines < 1 or cap_lines & (cap_lines - 1)
+    if packet_bytes == "auto" and bad_cap:
+        raise UsageError(f"the largest packet 'auto' may pick must be a power-of-two multiple of the "
+                         f"{line}-byte flit, got {opts.max_packet_bytes} B")
     ngpus = plan.ngpus
     if sorted(g.id for g in plan.gpus) != list(range(ngpus)):
         raise SimulationError(f"plan {plan.name}: GPU ids must be 0..{ngpus - 1}")

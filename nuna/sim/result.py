@@ -15,9 +15,28 @@ import numpy.typing as npt
 
 from nuna.plan.ir import Collective
 from nuna.plan.verify import SizeFit
+from nuna.units import format_size
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
+
+#: Packets larger than this are *coarse*. Up to 4 KiB, packets of several lines replayed within
+#: about 7 % of 256-byte flits in every case measured; larger ones, where many CUs send, err by
+#: -26 % to +36 %, differently for each configuration, and in the cases measured in NAR's favour
+#: (docs/simulator.md §5: 8 GPUs 32 MB at 64 KiB +36 %; 16 GPUs 1 GiB allgather at 16 KiB against
+#: 1 KiB: UA +19.9 %, NAP+NAR -7.0 %, a speedup of 1.09x instead of 0.84x; 64 GPUs 100 MiB at
+#: 8 KiB against 1 KiB: UA +4.7 %, NAP+NAR -25.9 %, 1.31x instead of 0.93x).
+COARSE_PACKET_BYTES = 4096
+
+
+def coarse_packet_note(packet_bytes: int) -> str | None:
+    """A one-line caution for a result replayed with coarse packets, ``None`` for finer ones."""
+    if packet_bytes <= COARSE_PACKET_BYTES:
+        return None
+    return (f"packets of {format_size(packet_bytes)} are coarse (over {format_size(COARSE_PACKET_BYTES)}): "
+            "where many CUs send they err by -26 % to +36 % against finer packets, differently per "
+            "configuration, and have favoured NAR over UA (docs/simulator.md §5); packets of 4KiB "
+            "or less are closer, and slower")
 
 
 def bus_factor(collective: Collective, ngpus: int) -> float:

@@ -24,6 +24,7 @@ from nuna.experiments.figures import (
 )
 from nuna.experiments.spec import expand
 from nuna.experiments.sweep import load_sweep_spec
+from nuna.sim.result import COARSE_PACKET_BYTES
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -156,6 +157,31 @@ def test_fig9_marks_the_most_any_configuration_can_gain() -> None:
     assert segment[:, 0].mean() == pytest.approx(0.0)  # over the first size group
     assert "no placement beats (floor)" in [t.get_text() for t in ax.get_legend().get_texts()]
     assert ax.get_ylim()[1] >= 1.6
+
+
+def test_fig9_hatches_speedups_from_coarse_packets_on_either_side() -> None:
+    # a speedup inherits the packet error of its configuration and of its UA twin
+    def rec(config: str, time_ns: float, size: int, packet: int) -> dict[str, Any]:
+        return record(config, time_ns, size=size, extra={"packet_bytes": packet})
+
+    records = [rec("UA", 100.0, 10**6, 256), rec("NAP+NAR", 80.0, 10**6, 256),
+               rec("UA", 100.0, 10**8, 16384), rec("NAP+NAR", 80.0, 10**8, 4096),
+               rec("UA", 100.0, 10**9, 4096), rec("NAP+NAR", 80.0, 10**9, 8192)]
+    data = figure_data("fig9", records)
+    assert data["coarse_packet_bytes"] == COARSE_PACKET_BYTES == 4096
+    coarse = {r["size_bytes"]: (r["packet_bytes"], r["baseline_packet_bytes"]) for r in data["rows"]
+              if r["config"] == "NAP+NAR"}
+    assert coarse == {10**6: (256, 256), 10**8: (4096, 16384), 10**9: (8192, 4096)}
+    assert data["coarse_rows"] == 3  # both 10**8 rows (UA's own packets) and NAP+NAR at 10**9
+    (ax,) = render("fig9", data).axes
+    hatched = {round(p.get_x() + p.get_width() / 2): bool(p.get_hatch()) for p in ax.patches}
+    assert hatched == {0: False, 1: True, 2: True}
+    assert "packets > 4KiB (approximate)" in [t.get_text() for t in ax.get_legend().get_texts()]
+    fine = figure_data("fig9", records[:2])
+    assert "coarse_rows" not in fine
+    (ax,) = render("fig9", fine).axes
+    assert not any(p.get_hatch() for p in ax.patches)
+    assert all("packets" not in t.get_text() for t in ax.get_legend().get_texts())
 
 
 def test_fig10_marks_mean_and_max_on_each_histogram() -> None:
@@ -338,6 +364,28 @@ def test_cli_figure_fig10_quick_end_to_end(figure_cli: Callable[..., Any], tmp_p
     assert again.code == 0
     assert "0 ran" in again.out
     assert (tmp_path / "fig10-quick.svg").read_bytes() == first_svg
+
+
+def test_cli_figure_notes_coarse_packets_and_caps_them_on_request(figure_cli: Callable[..., Any],
+                                                                  tmp_path: Path) -> None:
+    # 'auto' picks coarse packets only for large collectives: force the size instead (8 KiB)
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    (specs / "fig11.toml").write_text(
+        '[sweep]\nname = "fig11"\n[grid]\ncollectives = ["allgather"]\ngpus = [2]\nsizes = ["1MiB"]\n'
+        'configs = ["UA", "NAP+NAR"]\n[fixed]\npacket_bytes = 8192\n')
+    res = figure_cli("figure", "fig11", "--spec-dir", specs, "-o", tmp_path / "out", "--jobs", "1", "-q")
+    assert res.code == 0, res.err
+    assert "note: 2 of the figure's bars come from packets over 4KiB (hatched" in res.out
+    data = json.loads((tmp_path / "out" / "fig11.json").read_text())
+    assert data["coarse_rows"] == 2
+    assert {r["packet_bytes"] for r in data["rows"]} == {8192}
+    # a cap applies to 'auto' packets only: a clear error, nothing run
+    capped = figure_cli("figure", "fig11", "--spec-dir", specs, "-o", tmp_path / "out", "-q",
+                        "--max-packet-bytes", "4KiB")
+    assert capped.code != 0
+    assert "applies to packet_bytes = 'auto'" in capped.err
+    assert not (tmp_path / "out" / "sweeps" / "fig11-packets4KiB").exists()
 
 
 @pytest.mark.parametrize(("flag", "windowed"), [("--windowed", True), ("--one-queue", False)])

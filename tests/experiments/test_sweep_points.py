@@ -145,3 +145,19 @@ def test_resolve_rejects_bad_names() -> None:
                            ("nuna.experiments.points:nope", "no function")]:
         with pytest.raises(UsageError, match=fragment):
             resolve_point_function(name)
+
+
+@pytest.mark.parametrize("function", [DEFAULT_POINT_FUNCTION, "nuna.experiments.gemm:gemm_point"])
+def test_windowed_and_packet_cap_reach_the_simulator(function: str) -> None:
+    from nuna.experiments.points import point_sim_options
+
+    point = Point(collective="allgather", gpus=2, size_bytes=100_000, config="UA", nar_granularity=None,
+                  tbs_per_peer=1, topology="nuna-4die", gemm_bytes=0, algo="direct", packet_bytes="auto",
+                  seed=0, windowed=False, max_packet_bytes=3000).as_dict()
+    assert point_sim_options(point) == {"windowed": False, "max_packet_bytes": 3000}
+    assert point_sim_options(POINT) == {}
+    with pytest.raises(UsageError, match="power-of-two multiple"):  # the simulator's own check
+        resolve_point_function(function)(point)
+    result = resolve_point_function(function)(point | {"max_packet_bytes": 4096})
+    assert result["window_ns"] == 0.0
+    assert result["packet_bytes"] == 256

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nuna.errors import InputError
+from nuna.errors import InputError, UsageError
 from nuna.experiments.spec import (
     AUTO,
     CONFIGS,
@@ -23,6 +23,7 @@ from nuna.experiments.spec import (
     config_uses_nar,
     expand,
     load_sweep_spec,
+    packet_cap_spec,
     parse_sweep_spec,
     point_id,
     restrict_grid,
@@ -229,7 +230,7 @@ changes = st.sampled_from([
     ("collective", "allreduce"), ("gpus", 16), ("size_bytes", 10**6 + 1), ("config", "NAP*+NAR"),
     ("nar_granularity", AUTO), ("nar_granularity", 12), ("tbs_per_peer", 2), ("topology", "mi300x-like"),
     ("gemm_bytes", 1), ("algo", "ring"), ("packet_bytes", AUTO), ("seed", 1), ("windowed", True),
-    ("windowed", False),
+    ("windowed", False), ("max_packet_bytes", 4096),
 ])
 
 
@@ -258,7 +259,8 @@ def test_as_dict_names_every_field_and_is_json_data() -> None:
     # "windowed" only when set, so that the ids of points stored before it existed still hold
     assert "windowed" not in data
     assert dataclasses.replace(POINT, windowed=False).as_dict()["windowed"] is False
-    data = dataclasses.replace(POINT, windowed=True).as_dict()
+    assert "max_packet_bytes" not in data
+    data = dataclasses.replace(POINT, windowed=True, max_packet_bytes=4096).as_dict()
     assert set(data) == {f.name for f in dataclasses.fields(Point)}
     assert json.loads(json.dumps(data)) == data
 
@@ -287,6 +289,34 @@ def test_windowed_is_a_fixed_setting_of_its_own(write_spec: Callable[..., Path])
     assert restrict_grid(spec, {"gpus": ["4"]}).windowed
     with pytest.raises(InputError, match=r"\[fixed\] windowed.*true or false"):
         parse_sweep_spec(_with("fixed", "windowed", "yes"))
+
+
+def test_a_packet_cap_is_a_fixed_setting_of_auto_packets() -> None:
+    auto = _with("fixed", "packet_bytes", AUTO)
+    plain = parse_sweep_spec(auto)
+    assert plain.max_packet_bytes is None
+    assert all("max_packet_bytes" not in p.as_dict() for p in expand(plain))
+    assert "max_packet_bytes" not in plain.to_json()["fixed"]
+    auto["fixed"]["max_packet_bytes"] = "4KiB"
+    capped = parse_sweep_spec(auto)
+    assert capped.max_packet_bytes == 4096
+    assert all(p.max_packet_bytes == 4096 for p in expand(capped))
+    assert "packets<=4KiB" in expand(capped)[0].label()
+    assert capped.to_json()["fixed"]["max_packet_bytes"] == 4096
+    # `nuna figure --max-packet-bytes`: a sweep of its own
+    named = packet_cap_spec(plain, 16384)
+    assert named.name == f"{plain.name}-packets16KiB"
+    assert all(p.max_packet_bytes == 16384 for p in expand(named))
+    with pytest.raises(InputError, match=r"\[fixed\] max_packet_bytes.*not 'auto'"):
+        parse_sweep_spec({**_with("fixed", "max_packet_bytes", 4096)})
+    for bad in (3000, 0, "lots"):
+        auto["fixed"]["max_packet_bytes"] = bad
+        with pytest.raises(InputError, match=r"\[fixed\] max_packet_bytes"):
+            parse_sweep_spec(auto)
+    with pytest.raises(UsageError, match="power of two"):
+        packet_cap_spec(plain, 3000)
+    with pytest.raises(UsageError, match="applies to packet_bytes = 'auto'"):
+        packet_cap_spec(parse_sweep_spec(BASE), 4096)
 
 
 def test_spec_equality_ignores_source() -> None:

@@ -16,7 +16,7 @@ from nuna.passes import PassContext, apply_config
 from nuna.plan.generate import generate
 from nuna.plan.ir import Buffer, ChunkPlacement, Placement, Plan, TbPlacement
 from nuna.plan.xml import loads
-from nuna.sim import placement_bounds, simulate
+from nuna.sim import SimOptions, placement_bounds, simulate
 from nuna.topology.address import io_port, nar_domain_ports, physical_address, stack_domain
 from nuna.topology.geometry import chip_geometry, pod_layout
 from nuna.topology.spec import load_topology
@@ -327,3 +327,39 @@ def test_busbw_uses_the_nccl_tests_factors(spec) -> None:  # type: ignore[no-unt
         res = simulate(generate(collective, 4), spec, 64 * 1024)
         assert res.busbw_gbps == pytest.approx(res.algbw_gbps * factor)
         assert res.algbw_gbps == pytest.approx(64 * 1024 / res.time_ns)
+
+
+@settings(max_examples=200, deadline=None)
+@given(lines=st.integers(0, 10**9), jobs=st.integers(1, 10**7), cap_lines=st.sampled_from([1, 2, 16, 256]))
+def test_auto_packets_are_the_smallest_within_the_job_budget_and_the_cap(lines: int, jobs: int,
+                                                                         cap_lines: int) -> None:
+    from nuna.sim.replay import auto_packet_bytes
+
+    line = 256
+    opts = SimOptions(auto_max_jobs=jobs, max_packet_bytes=cap_lines * line)
+    size = auto_packet_bytes(lines, line, opts)
+    m = size // line
+    assert size % line == 0
+    assert m & (m - 1) == 0
+    assert m <= cap_lines
+    assert m == cap_lines or lines <= jobs * m  # within the budget unless capped
+    assert m == 1 or lines > jobs * (m // 2)  # and no larger than the budget needs
+
+
+def test_auto_packets_respect_the_cap_and_a_bad_cap_is_a_usage_error(spec) -> None:  # type: ignore[no-untyped-def]
+    plan = generate("allgather", 4)
+    size = 4 << 20  # 49,152 lines to move: 400 jobs need packets of 128 lines
+    free = simulate(plan, spec, size, packet_bytes="auto", options=SimOptions(auto_max_jobs=400))
+    capped = simulate(plan, spec, size, packet_bytes="auto",
+                      options=SimOptions(auto_max_jobs=400, max_packet_bytes=4096))
+    assert free.packet_bytes == 32768
+    assert capped.packet_bytes == 4096
+    assert capped.jobs > free.jobs
+    fixed = simulate(plan, spec, size, packet_bytes=4096)
+    assert capped.time_ns == fixed.time_ns  # the cap only chooses the size
+    for bad in (3000, 768, 0):
+        with pytest.raises(UsageError, match="power-of-two multiple"):
+            simulate(plan, spec, size, packet_bytes="auto", options=SimOptions(max_packet_bytes=bad))
+    # a fixed packet size does not consult the cap
+    fixed_512 = simulate(plan, spec, 65536, packet_bytes=512, options=SimOptions(max_packet_bytes=768))
+    assert fixed_512.packet_bytes == 512
