@@ -48,9 +48,9 @@ def figure(
                                          "windowed from 16 GPUs (equal-time events of different GPUs in "
                                          "GPU order; faster there).", show_default=False),
     max_packet_bytes: str | None = typer.Option(None, "--max-packet-bytes", help="Cap the packets that "
-                                                "packet_bytes = 'auto' picks (e.g. 4KiB: none coarse; "
+                                                "packet_bytes = 'auto' picks (e.g. 1KiB: none coarse; "
                                                 "slower at large sizes), into a sweep of its own "
-                                                "(fig9-packets4KiB).", show_default=False),
+                                                "(fig9-packets1KiB).", show_default=False),
 ) -> None:
     """Render one of the paper's Figures 9-14 from its sweep (run or resumed as needed).
 
@@ -79,8 +79,8 @@ def figure(
     if coarse:
         typer.echo(f"note: {coarse} of the figure's bars come from packets over "
                    f"{format_size(result.data['coarse_packet_bytes'])} (hatched: their error differs "
-                   "by configuration and has favoured NAR, docs/simulator.md §5); --max-packet-bytes "
-                   "4KiB avoids them, slower")
+                   f"by configuration, docs/simulator.md §5); --max-packet-bytes "
+                   f"{format_size(result.data['coarse_packet_bytes'])} avoids them, slower")
     unselectable = result.data.get("msccl_unselectable_points", 0)
     if unselectable:
         typer.echo(f"note: {unselectable} of {result.data['points']} points replay a plan that MSCCL "

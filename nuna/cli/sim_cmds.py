@@ -92,8 +92,8 @@ def simulate(
                                          "GPUs, where it is faster, unless --trace.", show_default=False),
     max_packet_bytes: str | None = typer.Option(None, "--max-packet-bytes", help="With --packet-bytes "
                                                 "auto: the largest packet it may pick (a power-of-two "
-                                                "multiple of the flit; default 64KiB). Packets over 4KiB "
-                                                "are coarse: 4KiB is closer, and slower.",
+                                                "multiple of the flit; default 64KiB). Packets over 1KiB "
+                                                "are coarse: 1KiB is closer, and slower.",
                                                 show_default=False),
     bounds_only: bool = typer.Option(False, "--bounds-only", help="Only the lower bound and the placement "
                                      "floor (what no placement or routing beats), without the replay: "

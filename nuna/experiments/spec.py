@@ -437,7 +437,7 @@ def windowed_spec(spec: SweepSpec, windowed: bool = True) -> SweepSpec:
 
 def packet_cap_spec(spec: SweepSpec, max_packet_bytes: int) -> SweepSpec:
     """``spec`` with ``"auto"`` packets capped at ``max_packet_bytes``, named apart
-    (``fig9-packets4KiB``): a cap that binds changes results, so its points are points of their
+    (``fig9-packets1KiB``): a cap that binds changes results, so its points are points of their
     own. Raises ``UsageError`` unless the spec's packets are ``"auto"``."""
     if spec.packet_bytes != AUTO:
         raise UsageError(f"a packet cap applies to packet_bytes = 'auto'; {spec.name} uses "

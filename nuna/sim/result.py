@@ -20,13 +20,14 @@ from nuna.units import format_size
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
 
-#: Packets larger than this are *coarse*. Up to 4 KiB, packets of several lines replayed within
-#: about 7 % of 256-byte flits in every case measured; larger ones, where many CUs send, err by
-#: -26 % to +36 %, differently for each configuration, and in the cases measured in NAR's favour
-#: (docs/simulator.md §5: 8 GPUs 32 MB at 64 KiB +36 %; 16 GPUs 1 GiB allgather at 16 KiB against
-#: 1 KiB: UA +19.9 %, NAP+NAR -7.0 %, a speedup of 1.09x instead of 0.84x; 64 GPUs 100 MiB at
-#: 8 KiB against 1 KiB: UA +4.7 %, NAP+NAR -25.9 %, 1.31x instead of 0.93x).
-COARSE_PACKET_BYTES = 4096
+#: Packets larger than this are *coarse*. A packet holds one flit of credit in each buffer and
+#: moves its lines as one burst, so where many senders converge, larger packets hide congestion
+#: or add burstiness, by different amounts for each configuration (docs/simulator.md §5). Against
+#: 256-byte flits, 64-GPU 100 MiB direct allgather, one threadblock per peer: 1 KiB packets
+#: UA -8.3 %, NAP+NAR -2.3 %; 2 KiB -24.8 % and -28.1 %; 4 KiB -16.6 % and -28.3 %; 8 KiB (what
+#: auto picks) -4.0 % and -27.6 %, a speedup of 1.31x where the flits give 0.99x. On 2-8 GPUs
+#: 1 KiB is within 3.4 % and 4-64 KiB err by -5 % to +36 %.
+COARSE_PACKET_BYTES = 1024
 
 
 def coarse_packet_note(packet_bytes: int) -> str | None:
@@ -34,9 +35,9 @@ def coarse_packet_note(packet_bytes: int) -> str | None:
     if packet_bytes <= COARSE_PACKET_BYTES:
         return None
     return (f"packets of {format_size(packet_bytes)} are coarse (over {format_size(COARSE_PACKET_BYTES)}): "
-            "where many CUs send they err by -26 % to +36 % against finer packets, differently per "
-            "configuration, and have favoured NAR over UA (docs/simulator.md §5); packets of 4KiB "
-            "or less are closer, and slower")
+            "where many CUs send they err by -28 % to +36 % against 256-byte flits, differently per "
+            f"configuration (docs/simulator.md §5); packets of {format_size(COARSE_PACKET_BYTES)} or less "
+            "are closer, and slower")
 
 
 def bus_factor(collective: Collective, ngpus: int) -> float:

@@ -25,6 +25,7 @@ from nuna.experiments.figures import (
 from nuna.experiments.spec import expand
 from nuna.experiments.sweep import load_sweep_spec
 from nuna.sim.result import COARSE_PACKET_BYTES
+from nuna.units import format_size
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -164,22 +165,24 @@ def test_fig9_hatches_speedups_from_coarse_packets_on_either_side() -> None:
     def rec(config: str, time_ns: float, size: int, packet: int) -> dict[str, Any]:
         return record(config, time_ns, size=size, extra={"packet_bytes": packet})
 
-    records = [rec("UA", 100.0, 10**6, 256), rec("NAP+NAR", 80.0, 10**6, 256),
-               rec("UA", 100.0, 10**8, 16384), rec("NAP+NAR", 80.0, 10**8, 4096),
-               rec("UA", 100.0, 10**9, 4096), rec("NAP+NAR", 80.0, 10**9, 8192)]
+    fine, coarse = COARSE_PACKET_BYTES, 2 * COARSE_PACKET_BYTES
+    records = [rec("UA", 100.0, 10**6, 256), rec("NAP+NAR", 80.0, 10**6, fine),
+               rec("UA", 100.0, 10**8, coarse), rec("NAP+NAR", 80.0, 10**8, fine),
+               rec("UA", 100.0, 10**9, fine), rec("NAP+NAR", 80.0, 10**9, coarse)]
     data = figure_data("fig9", records)
-    assert data["coarse_packet_bytes"] == COARSE_PACKET_BYTES == 4096
-    coarse = {r["size_bytes"]: (r["packet_bytes"], r["baseline_packet_bytes"]) for r in data["rows"]
-              if r["config"] == "NAP+NAR"}
-    assert coarse == {10**6: (256, 256), 10**8: (4096, 16384), 10**9: (8192, 4096)}
+    assert data["coarse_packet_bytes"] == COARSE_PACKET_BYTES
+    sizes = {r["size_bytes"]: (r["packet_bytes"], r["baseline_packet_bytes"]) for r in data["rows"]
+             if r["config"] == "NAP+NAR"}
+    assert sizes == {10**6: (fine, 256), 10**8: (fine, coarse), 10**9: (coarse, fine)}
     assert data["coarse_rows"] == 3  # both 10**8 rows (UA's own packets) and NAP+NAR at 10**9
     (ax,) = render("fig9", data).axes
     hatched = {round(p.get_x() + p.get_width() / 2): bool(p.get_hatch()) for p in ax.patches}
     assert hatched == {0: False, 1: True, 2: True}
-    assert "packets > 4KiB (approximate)" in [t.get_text() for t in ax.get_legend().get_texts()]
-    fine = figure_data("fig9", records[:2])
-    assert "coarse_rows" not in fine
-    (ax,) = render("fig9", fine).axes
+    assert f"packets > {format_size(COARSE_PACKET_BYTES)} (approximate)" in [
+        t.get_text() for t in ax.get_legend().get_texts()]
+    fine_only = figure_data("fig9", records[:2])
+    assert "coarse_rows" not in fine_only
+    (ax,) = render("fig9", fine_only).axes
     assert not any(p.get_hatch() for p in ax.patches)
     assert all("packets" not in t.get_text() for t in ax.get_legend().get_texts())
 
@@ -376,16 +379,17 @@ def test_cli_figure_notes_coarse_packets_and_caps_them_on_request(figure_cli: Ca
         'configs = ["UA", "NAP+NAR"]\n[fixed]\npacket_bytes = 8192\n')
     res = figure_cli("figure", "fig11", "--spec-dir", specs, "-o", tmp_path / "out", "--jobs", "1", "-q")
     assert res.code == 0, res.err
-    assert "note: 2 of the figure's bars come from packets over 4KiB (hatched" in res.out
+    over = format_size(COARSE_PACKET_BYTES)
+    assert f"note: 2 of the figure's bars come from packets over {over} (hatched" in res.out
     data = json.loads((tmp_path / "out" / "fig11.json").read_text())
     assert data["coarse_rows"] == 2
     assert {r["packet_bytes"] for r in data["rows"]} == {8192}
     # a cap applies to 'auto' packets only: a clear error, nothing run
     capped = figure_cli("figure", "fig11", "--spec-dir", specs, "-o", tmp_path / "out", "-q",
-                        "--max-packet-bytes", "4KiB")
+                        "--max-packet-bytes", "1KiB")
     assert capped.code != 0
     assert "applies to packet_bytes = 'auto'" in capped.err
-    assert not (tmp_path / "out" / "sweeps" / "fig11-packets4KiB").exists()
+    assert not (tmp_path / "out" / "sweeps" / "fig11-packets1KiB").exists()
 
 
 @pytest.mark.parametrize(("flag", "windowed"), [("--windowed", True), ("--one-queue", False)])

@@ -60,11 +60,11 @@ def test_simulate_notes_a_size_the_executors_would_not_select(run_cli, plan_file
     assert "# note: MSCCL would not select this plan at 100004 B" in res.out
 
 
-@pytest.mark.parametrize(("packet", "coarse"), [("4096", False), ("8192", True)])
+@pytest.mark.parametrize(("packet", "coarse"), [("1024", False), ("2048", True)])
 def test_simulate_notes_coarse_packets(run_cli, plan_file: Path, packet: str, coarse: bool) -> None:
     res = run_cli("simulate", plan_file, "--size", "1MiB", "--packet-bytes", packet)
     assert res.code == 0, res.err
-    assert ("# note: packets of 8KiB are coarse" in res.out) is coarse
+    assert ("# note: packets of 2KiB are coarse (over 1KiB)" in res.out) is coarse
     assert ("coarse" in res.out) is coarse
 
 
