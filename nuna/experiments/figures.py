@@ -462,10 +462,17 @@ def _best_of_note(rows: Sequence[Mapping[str, Any]]) -> str:
 
 def _legend(ax: Any, extra: Sequence[Any] = (), **options: Any) -> None:
     """A legend, if anything drawn has a label (a partial grid may leave nothing but the
-    baseline, which speedup panels do not draw), followed by the ``extra`` handles."""
+    baseline, which speedup panels do not draw), followed by the ``extra`` handles. Bars are
+    keyed by their colour alone: a hatch on the first bar of a series is the coarse-packet mark,
+    which has its own entry."""
+    from matplotlib.container import BarContainer
+    from matplotlib.patches import Patch
+
     handles, labels = ax.get_legend_handles_labels()
     if labels:
-        ax.legend(handles + list(extra), labels + [h.get_label() for h in extra], **options)
+        keys = [Patch(facecolor=h.patches[0].get_facecolor(), edgecolor="black", linewidth=0.3)
+                if isinstance(h, BarContainer) and h.patches else h for h in handles]
+        ax.legend(keys + list(extra), labels + [h.get_label() for h in extra], **options)
 
 
 def _render_fig9(fig: Figure, data: Mapping[str, Any]) -> None:

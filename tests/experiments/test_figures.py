@@ -178,8 +178,10 @@ def test_fig9_hatches_speedups_from_coarse_packets_on_either_side() -> None:
     (ax,) = render("fig9", data).axes
     hatched = {round(p.get_x() + p.get_width() / 2): bool(p.get_hatch()) for p in ax.patches}
     assert hatched == {0: False, 1: True, 2: True}
-    assert f"packets > {format_size(COARSE_PACKET_BYTES)} (approximate)" in [
-        t.get_text() for t in ax.get_legend().get_texts()]
+    legend = ax.get_legend()
+    keys = dict(zip([t.get_text() for t in legend.get_texts()], legend.legend_handles, strict=True))
+    assert keys[f"packets > {format_size(COARSE_PACKET_BYTES)} (approximate)"].get_hatch()
+    assert not keys["NAP+NAR"].get_hatch()  # configurations are keyed by colour alone
     fine_only = figure_data("fig9", records[:2])
     assert "coarse_rows" not in fine_only
     (ax,) = render("fig9", fine_only).axes
