@@ -6,6 +6,7 @@ atomically with sorted keys.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -110,11 +111,11 @@ def simulate(
 
     size_bytes = _size(size)
     packets = _packet_bytes(packet_bytes)
+    if max_packet_bytes is not None and packets != "auto":
+        raise UsageError("--max-packet-bytes caps what --packet-bytes auto picks; give one or the other")
     options = SimOptions(windowed=windowed)
     if max_packet_bytes is not None:
-        if packets != "auto":
-            raise UsageError("--max-packet-bytes caps what --packet-bytes auto picks; give one or the other")
-        options = SimOptions(windowed=windowed, max_packet_bytes=_size(max_packet_bytes))
+        options = dataclasses.replace(options, max_packet_bytes=_size(max_packet_bytes))
     spec = load_topology(topology)
     plan = load(plan_file)
     if config is not None:

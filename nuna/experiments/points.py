@@ -80,8 +80,9 @@ def simulate_point(point: dict[str, Any]) -> dict[str, Any]:
                         seed=seed)
 
     options: dict[str, Any] = {"packet_bytes": point["packet_bytes"], "seed": seed}
-    if point_sim_options(point):
-        options["options"] = _require("nuna.sim", "SimOptions")(**point_sim_options(point))
+    sim_options = point_sim_options(point)
+    if sim_options:
+        options["options"] = _require("nuna.sim", "SimOptions")(**sim_options)
     gemm_bytes = int(point.get("gemm_bytes", 0))
     if gemm_bytes:
         if "gemm_bytes" not in inspect.signature(simulate).parameters:
