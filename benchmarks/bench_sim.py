@@ -11,7 +11,9 @@ placement):
 - 64 GPUs, 1 GB, ``--packet-bytes auto`` (target <= 120 s);
 - both 64-GPU cases run as the simulator's default does, windowed (one event queue per GPU,
   ``SimOptions.windowed``), and again with one queue for the pod (``--one-queue``);
-- error of ``auto`` and of forced packet sizes against 256-byte flits where both run.
+- error of ``auto`` and of forced packet sizes against 256-byte flits where both run;
+  ``--large`` adds the largest case measured against flits: 64 GPUs, 100 MiB, one threadblock
+  per peer, under UA and NAP+NAR (about half an hour: the flits take 1.6-1.7 G events each).
 
 Wall time is what a user waits; CPU time is shown too because the machine may be shared.
 """
@@ -32,10 +34,11 @@ HERE = Path(__file__).resolve()
 
 
 def _case(name: str, gpus: int, size: int, tbs: int, packet: str,
-          windowed: bool | None = None) -> dict[str, Any]:
+          windowed: bool | None = None, config: str | None = None) -> dict[str, Any]:
     """Run one replay in this process and return its figures."""
     import resource
 
+    from nuna.passes import PassContext, apply_config
     from nuna.plan.generate import generate
     from nuna.sim import SimOptions, simulate
     from nuna.topology.spec import load_topology
@@ -43,6 +46,8 @@ def _case(name: str, gpus: int, size: int, tbs: int, packet: str,
     spec = load_topology("nuna-4die")
     options = SimOptions(windowed=windowed)
     plan = generate("allgather", gpus, algo="direct", tbs_per_peer=tbs)
+    if config is not None:
+        plan = apply_config(plan, config, PassContext(spec, size))
     # load the compiled kernels from numba's cache first: start-up is reported separately
     simulate(generate("allgather", 2), spec, 4096, options=options)
     wall0, cpu0 = time.perf_counter(), time.process_time()
@@ -89,6 +94,8 @@ def _row(r: dict[str, Any], target: float | None = None) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="skip the 1 GB case and the error sweep")
+    parser.add_argument("--large", action="store_true",
+                        help="also measure auto against flits at 64 GPUs, 100 MiB (about 30 min)")
     parser.add_argument("--case", help=argparse.SUPPRESS)  # internal: run one case, print JSON
     args = parser.parse_args()
     if args.case:
@@ -97,7 +104,8 @@ def main() -> None:
         else:
             name, gpus, size, tbs, packet, *flags = args.case.split(":")
             windowed = True if "windowed" in flags else False if "one-queue" in flags else None
-            print(json.dumps(_case(name, int(gpus), int(size), int(tbs), packet, windowed)))
+            config = next((f.removeprefix("config=") for f in flags if f.startswith("config=")), None)
+            print(json.dumps(_case(name, int(gpus), int(size), int(tbs), packet, windowed, config)))
         return
 
     with tempfile.TemporaryDirectory() as cache:
@@ -130,20 +138,31 @@ def main() -> None:
         return
     print("\npacket size error against 256-byte flits (largest cases where both run)")
     print(f"{'case':<34} {'packet':>7} {'time us':>10} {'error':>8} {'wall s':>8}")
-    for name, gpus, size, tbs, packets in (
-        ("2 GPUs 512 MB, 16 tbs/peer", 2, 512_000_000, 16, ["auto"]),
-        ("8 GPUs 32 MB, 1 tb/peer", 8, 32_000_000, 1, ["auto", "1024", "4096", "65536"]),
-        ("2 GPUs 256 MB, 16 tbs/peer", 2, 256_000_000, 16, ["1024", "4096", "65536"]),
-        ("2 GPUs 64 MB, 1 tb/peer", 2, 64_000_000, 1, ["4096", "16384", "65536"]),
-    ):
-        ref = _spawn(["--case", f"{name}:{gpus}:{size}:{tbs}:256"])
+    cases: list[tuple[str, int, int, int, list[str], str]] = [
+        ("2 GPUs 512 MB, 16 tbs/peer", 2, 512_000_000, 16, ["auto"], ""),
+        ("8 GPUs 32 MB, 1 tb/peer", 8, 32_000_000, 1, ["auto", "1024", "4096", "65536"], ""),
+        ("2 GPUs 256 MB, 16 tbs/peer", 2, 256_000_000, 16, ["1024", "4096", "65536"], ""),
+        ("2 GPUs 64 MB, 1 tb/peer", 2, 64_000_000, 1, ["4096", "16384", "65536"], ""),
+    ]
+    if args.large:
+        cases += [(f"64 GPUs 100 MiB, 1 tb/peer, {config}", 64, 100 << 20, 1, ["auto"], f":config={config}")
+                  for config in ("UA", "NAP+NAR")]
+    times: dict[tuple[str, str], float] = {}
+    for name, gpus, size, tbs, packets, flags in cases:
+        ref = _spawn(["--case", f"{name}:{gpus}:{size}:{tbs}:256{flags}"])
+        times[name, "256"] = ref["time_ns"]
         print(f"{name:<34} {256:>7} {ref['time_ns'] / 1000:10.2f} {'(ref)':>8} {ref['wall_s']:8.1f}")
         for packet in packets:
-            r = _spawn(["--case", f"{name}:{gpus}:{size}:{tbs}:{packet}"])
+            r = _spawn(["--case", f"{name}:{gpus}:{size}:{tbs}:{packet}{flags}"])
+            times[name, packet] = r["time_ns"]
             err = (r["time_ns"] - ref["time_ns"]) / ref["time_ns"] * 100
             label = f"{packet}={r['packet_bytes']}" if packet == "auto" else packet
             print(f"{name:<34} {label:>7} {r['time_ns'] / 1000:10.2f} {err:+7.2f}% {r['wall_s']:8.1f}")
     print("target: auto within 2% of 256-byte flits")
+    if args.large:
+        ua, nap = (f"64 GPUs 100 MiB, 1 tb/peer, {c}" for c in ("UA", "NAP+NAR"))
+        print("64 GPUs 100 MiB, NAP+NAR over UA: "
+              + ", ".join(f"{p} {times[ua, p] / times[nap, p]:.3f}x" for p in ("256", "auto")))
 
 
 if __name__ == "__main__":

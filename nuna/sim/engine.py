@@ -96,7 +96,8 @@ C_FOREIGN = 11  # windowed: grants of an edge outside the current domain (must s
 C_QD = 12  # delay-class rings per domain
 C_QC = 13  # slots per ring (a power of two)
 C_HROWS = 14  # rows per domain's heap
-NCTR = 15
+C_PILEUP = 15  # 1: a waiting head packet holds the bytes that have come in behind it (``_pile_up``)
+NCTR = 16
 
 # State.ef columns (per edge, floats; one 64-byte row): latency, ns per byte, credit delay,
 # head set-up (static); link idle from, input port idle from, earliest pending wake, busy time
@@ -255,11 +256,13 @@ _PAY_BITS = 28
 
 
 def make_state(net: Any, packets: int, heap: int, ring: int, domains: int = 1, block: int = 0,
-               in_flight: int = 0) -> Any:
+               in_flight: int = 0, pileup: bool = False) -> Any:
     """Fresh engine state for ``packets`` packet slots and a heap of ``heap`` events; with
     ``domains`` > 1, one event queue (a heap of ``heap`` events and its rings) per domain of
     ``block`` edges (see :func:`replay_loop`). ``in_flight``: about the most packets in flight
-    at once, which sizes the rings (default ``packets``)."""
+    at once, which sizes the rings (default ``packets``). ``pileup``: packets of more than a
+    flit hold, while their head waits in a buffer, the bytes that have come in behind it
+    (:func:`_pile_up`); without it a packet holds at most a flit of credit (:func:`_need`)."""
     E = num_edges(net)
     P = max(1, packets)
     if max(P, E) >= 1 << (_PAY_BITS - 3):
@@ -273,6 +276,7 @@ def make_state(net: Any, packets: int, heap: int, ring: int, domains: int = 1, b
     pi[:, [PI_VNEXT, PI_WNEXT, PI_RNEXT, PI_SEG1]] = -1
     ctr = np.zeros(NCTR, np.int64)
     ctr[C_RING] = ring
+    ctr[C_PILEUP] = int(pileup)
     G = max(1, domains)
     ctr[C_NDOM] = G
     ctr[C_BLOCK] = block if G > 1 else max(1, E)
@@ -895,6 +899,36 @@ def _need(size: int, cap: int, flit: float) -> int:
 
 
 @_hot
+def _pile_up(st: Any, k: int, cap: int, now: float) -> None:
+    """Grow the credit held by the head packet of virtual channel row ``k`` (a FIFO buffer of
+    ``cap`` bytes) to the bytes of it that have come in by ``now``, up to the buffer's room.
+    A packet of ``m`` lines stands for ``m`` flits that stream through a buffer while its head
+    moves on (:func:`_need`), but pile up behind it while it waits: linearly from its head's
+    arrival to its tail's, as they would. Without this a packet puts ``1/m`` of its flits'
+    pressure on a buffer where many senders' packets converge and wait (docs/simulator.md §5).
+    Called when another packet asks the channel for room: that is when the credit matters."""
+    h = int(st.vf[k, VF_HEAD])
+    if h < 0 or st.pi[h, PI_ARR] == 0:
+        return
+    t_head = st.pf[h, 2]
+    t_tail = st.pf[h, 0]
+    size = st.pi[h, PI_SIZE0 + st.pi[h, PI_LEG]]
+    held = st.pi[h, PI_NEED]
+    if now >= t_tail:
+        want = size
+    elif now <= t_head:
+        return
+    else:
+        want = int(size * (now - t_head) / (t_tail - t_head))
+    room = cap - st.vf[k, VF_USED]
+    if want > held + room:
+        want = int(held + room)
+    if want > held:
+        st.vf[k, VF_USED] += want - held
+        st.pi[h, PI_NEED] = want
+
+
+@_hot
 def _pick_vc(st: Any, e: int, need: int, now: float) -> tuple[int, float]:
     """Round-robin choice of a virtual channel of ``e``'s buffer with ``need`` free bytes, or
     ``(-1, earliest pending credit return)``. Due returns are applied only to channels that
@@ -907,10 +941,13 @@ def _pick_vc(st: Any, e: int, need: int, now: float) -> tuple[int, float]:
     base = ei[e, EI_VBASE]
     start = ei[e, EI_RR]
     earliest = INF
+    pile = st.ctr[C_PILEUP] != 0 and ei[e, EI_FIFO] != 0
     for i in range(nv):
         v = start + i
         if v >= nv:
             v -= nv
+        if pile:
+            _pile_up(st, base + v, cap, now)
         if cap - st.vf[base + v, VF_USED] < need:
             due = _apply_vc_credits(st, base + v, now)
             if due < earliest:

@@ -489,7 +489,10 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *, packet
     heap = packets + 2 * margin if domains == 1 else 2 * margin + 4 * packets // domains
     # a packet of m lines holds m request slots: about packets / m are in flight at once
     in_flight = packets // max(1, psize // line)
-    st = eng.make_state(net.net, packets, heap, opts.credit_ring, domains, net.block, in_flight)
+    # packets of several lines pile up behind a waiting head (docs/simulator.md §5); one-line
+    # packets are flits, for which the rule changes nothing, so their replays skip it
+    st = eng.make_state(net.net, packets, heap, opts.credit_ring, domains, net.block, in_flight,
+                        pileup=psize > line)
 
     m_send = dag.match_send.astype(np.int64)
     n_land = np.where(m_send >= 0, n_bytes[np.maximum(m_send, 0)], 0).astype(np.int64)

@@ -233,7 +233,8 @@ def test_full_rings_spill_into_the_heap_exactly(spec, monkeypatch: pytest.Monkey
     # (time, insertion) order
     make_state = eng.make_state
     _same_replay_with(spec, monkeypatch, windowed,
-                      make_state=lambda *a, **k: make_state(*a[:6], in_flight=1))  # 16 slots per ring
+                      # 16 slots per ring
+                      make_state=lambda *a, **k: make_state(*a[:6], **{**k, "in_flight": 1}))
 
 
 @pytest.mark.parametrize("windowed", [False, True])
@@ -245,6 +246,7 @@ def test_a_heap_grown_mid_replay_resumes_exactly(spec, monkeypatch: pytest.Monke
     make_state, grow_heap = eng.make_state, eng.grow_heap
     grown: list[int] = []
     _same_replay_with(spec, monkeypatch, windowed,
-                      make_state=lambda net, packets, heap, *a: make_state(net, packets, margin + 64, *a),
+                      make_state=lambda net, packets, heap, *a, **k: make_state(net, packets, margin + 64,
+                                                                                *a, **k),
                       grow_heap=lambda st, n: grown.append(n) or grow_heap(st, n))
     assert grown  # the heap did grow during the replay
