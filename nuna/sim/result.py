@@ -20,13 +20,13 @@ from nuna.units import format_size
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
 
-#: Packets larger than this are *coarse*. A packet holds one flit of credit in each buffer and
-#: moves its lines as one burst, so where many senders converge, larger packets hide congestion
-#: or add burstiness, by different amounts for each configuration (docs/simulator.md §5). Against
-#: 256-byte flits, 64-GPU 100 MiB direct allgather, one threadblock per peer: 1 KiB packets
-#: UA -8.3 %, NAP+NAR -2.3 %; 2 KiB -24.8 % and -28.1 %; 4 KiB -16.6 % and -28.3 %; 8 KiB (what
-#: auto picks) -4.0 % and -27.6 %, a speedup of 1.31x where the flits give 0.99x. On 2-8 GPUs
-#: 1 KiB is within 3.4 % and 4-64 KiB err by -5 % to +36 %.
+#: Packets larger than this are *coarse*. A packet moves its lines as one burst and holds less
+#: credit in a buffer than its flits would where many senders converge, so larger packets hide
+#: congestion or add burstiness, by different amounts for each configuration (docs/simulator.md
+#: §5). Against 256-byte flits, 64-GPU 100 MiB direct allgather, one threadblock per peer, nuna
+#: 0.6.0: 1 KiB packets UA -8.8 %, NAP+NAR -4.2 %; 2 KiB -22.6 % and -22.4 %; 4 KiB -17.8 % and
+#: -12.4 %; 8 KiB (what auto picks) -6.4 % and -9.2 %. On 2-8 GPUs 1 KiB is within 3.4 % and
+#: 2-64 KiB err by -8 % to +36 %.
 COARSE_PACKET_BYTES = 1024
 
 
@@ -35,7 +35,7 @@ def coarse_packet_note(packet_bytes: int) -> str | None:
     if packet_bytes <= COARSE_PACKET_BYTES:
         return None
     return (f"packets of {format_size(packet_bytes)} are coarse (over {format_size(COARSE_PACKET_BYTES)}): "
-            "where many CUs send they err by -28 % to +36 % against 256-byte flits, differently per "
+            "where many CUs send they err by -23 % to +36 % against 256-byte flits, differently per "
             f"configuration (docs/simulator.md §5); packets of {format_size(COARSE_PACKET_BYTES)} or less "
             "are closer, and slower")
 
