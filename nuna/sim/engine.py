@@ -891,9 +891,10 @@ def _post_arrival(net: Any, st: Any, p: int, e: int, t: float) -> None:
 
 @_hot
 def _need(size: int, cap: int, flit: float) -> int:
-    """Credit bytes a packet holds in a buffer: a packet streams through it, so at most a flit
-    of it sits there (a packet of many flits stands for that many lines in flight, which do not
-    block a buffer as one long worm would); never more than the buffer."""
+    """Credit bytes a packet takes on entering a buffer: a packet streams through it, so at
+    most a flit of it sits there (a packet of many flits stands for that many lines in flight,
+    which do not block a buffer as one long worm would); never more than the buffer. While its
+    head waits there, :func:`_pile_up` grows the credit to what has come in behind it."""
     f = size if size < flit else int(flit)
     return f if f < cap else cap
 
