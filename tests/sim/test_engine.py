@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -109,6 +111,18 @@ def test_each_flow_is_delivered_in_order(width: int, height: int, rate: float, f
             assert np.all(np.diff(deliver[sel]) > 0)
 
 
+def _vc_rows(net: Any) -> int:
+    return int(net.ei[net.ei[:, eng.EI_VBASE] >= 0, eng.EI_NVC].sum())
+
+
+def unreturned_credit(net: Any, state: Any) -> np.ndarray:
+    """Per virtual channel, the credit bytes in use that no queued return will give back."""
+    ring = int(state.ctr[eng.C_RING])
+    rows = state.vf[: _vc_rows(net)]
+    pending = sum(rows[:, eng.VF_RING + ring + i] * (i < rows[:, eng.VF_CRN]) for i in range(ring))
+    return np.asarray(rows[:, eng.VF_USED] - pending)
+
+
 def test_credits_all_come_back() -> None:
     mesh = noc.build_mesh(4, 4, "iq")
     rng = np.random.default_rng(5)
@@ -123,12 +137,9 @@ def test_credits_all_come_back() -> None:
     births = cyc.astype(np.float64)
     assert eng.noc_loop(mesh.net, state, births, seg, size, deliver, pos, 0, count, np.inf) == 0
     assert not np.isnan(deliver).any()
-    ring = int(state.ctr[eng.C_RING])
-    rows = state.vf[: int(mesh.net.ei[mesh.net.ei[:, eng.EI_VBASE] >= 0, eng.EI_NVC].sum())]
-    pending = sum(rows[:, eng.VF_RING + ring + i] * (i < rows[:, eng.VF_CRN]) for i in range(ring))
     # every byte of credit taken was returned (some returns may still be queued, never lost)
-    np.testing.assert_array_equal(rows[:, eng.VF_USED] - pending, 0.0)
-    assert (rows[:, eng.VF_HEAD] == -1).all()
+    np.testing.assert_array_equal(unreturned_credit(mesh.net, state), 0.0)
+    assert (state.vf[: _vc_rows(mesh.net), eng.VF_HEAD] == -1).all()
 
 
 def test_long_packet_streams_at_the_bottleneck() -> None:
