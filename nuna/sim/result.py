@@ -25,8 +25,8 @@ I64 = npt.NDArray[np.int64]
 #: congestion or add burstiness, by different amounts for each configuration (docs/simulator.md
 #: §5). Against 256-byte flits, 64-GPU 100 MiB direct allgather, one threadblock per peer, nuna
 #: 0.6.0: 1 KiB packets UA -8.8 %, NAP+NAR -4.2 %; 2 KiB -22.6 % and -22.4 %; 4 KiB -17.8 % and
-#: -12.4 %; 8 KiB (what auto picks) -6.4 % and -9.2 %. On 2-8 GPUs 1 KiB is within 3.4 % and
-#: 2-64 KiB err by -8 % to +36 %.
+#: -12.4 %; 8 KiB (what auto picks) -6.4 % and -9.2 %. On 2-8 GPUs 1 KiB is within 5.4 % and
+#: 2-64 KiB err by -8 % to +61 % (64 KiB: +17 % to +61 % where several CUs share each port).
 COARSE_PACKET_BYTES = 1024
 
 
@@ -35,7 +35,7 @@ def coarse_packet_note(packet_bytes: int) -> str | None:
     if packet_bytes <= COARSE_PACKET_BYTES:
         return None
     return (f"packets of {format_size(packet_bytes)} are coarse (over {format_size(COARSE_PACKET_BYTES)}): "
-            "where many CUs send they err by -23 % to +36 % against 256-byte flits, differently per "
+            "where many CUs send they err by -23 % to +61 % against 256-byte flits, differently per "
             f"configuration (docs/simulator.md §5); packets of {format_size(COARSE_PACKET_BYTES)} or less "
             "are closer, and slower")
 
