@@ -34,17 +34,19 @@ HERE = Path(__file__).resolve()
 
 
 def _case(name: str, gpus: int, size: int, tbs: int, packet: str,
-          windowed: bool | None = None, config: str | None = None) -> dict[str, Any]:
+          windowed: bool | None = None, config: str | None = None,
+          fast_forward: bool = False) -> dict[str, Any]:
     """Run one replay in this process and return its figures."""
     import resource
 
     from nuna.passes import PassContext, apply_config
     from nuna.plan.generate import generate
     from nuna.sim import SimOptions, simulate
+    from nuna.sim.fastforward import FastForward
     from nuna.topology.spec import load_topology
 
     spec = load_topology("nuna-4die")
-    options = SimOptions(windowed=windowed)
+    options = SimOptions(windowed=windowed, fast_forward=FastForward() if fast_forward else None)
     plan = generate("allgather", gpus, algo="direct", tbs_per_peer=tbs)
     if config is not None:
         plan = apply_config(plan, config, PassContext(spec, size))
@@ -105,7 +107,8 @@ def main() -> None:
             name, gpus, size, tbs, packet, *flags = args.case.split(":")
             windowed = True if "windowed" in flags else False if "one-queue" in flags else None
             config = next((f.removeprefix("config=") for f in flags if f.startswith("config=")), None)
-            print(json.dumps(_case(name, int(gpus), int(size), int(tbs), packet, windowed, config)))
+            print(json.dumps(_case(name, int(gpus), int(size), int(tbs), packet, windowed, config,
+                                   "ff" in flags)))
         return
 
     with tempfile.TemporaryDirectory() as cache:
@@ -138,11 +141,12 @@ def main() -> None:
         return
     print("\npacket size error against 256-byte flits (largest cases where both run)")
     print(f"{'case':<34} {'packet':>7} {'time us':>10} {'error':>8} {'wall s':>8}")
+    # "256+ff": 256-byte flits with fast-forward of steady states (docs/simulator.md §7)
     cases: list[tuple[str, int, int, int, list[str], str]] = [
-        ("2 GPUs 512 MB, 16 tbs/peer", 2, 512_000_000, 16, ["auto"], ""),
-        ("8 GPUs 32 MB, 1 tb/peer", 8, 32_000_000, 1, ["auto", "1024", "4096", "65536"], ""),
-        ("2 GPUs 256 MB, 16 tbs/peer", 2, 256_000_000, 16, ["1024", "4096", "65536"], ""),
-        ("2 GPUs 64 MB, 1 tb/peer", 2, 64_000_000, 1, ["4096", "16384", "65536"], ""),
+        ("2 GPUs 512 MB, 16 tbs/peer", 2, 512_000_000, 16, ["auto", "256+ff"], ""),
+        ("8 GPUs 32 MB, 1 tb/peer", 8, 32_000_000, 1, ["auto", "1024", "4096", "65536", "256+ff"], ""),
+        ("2 GPUs 256 MB, 16 tbs/peer", 2, 256_000_000, 16, ["1024", "4096", "65536", "256+ff"], ""),
+        ("2 GPUs 64 MB, 1 tb/peer", 2, 64_000_000, 1, ["4096", "16384", "65536", "256+ff"], ""),
     ]
     if args.large:
         cases += [(f"64 GPUs 100 MiB, 1 tb/peer, {config}", 64, 100 << 20, 1, ["auto"], f":config={config}")
@@ -153,12 +157,13 @@ def main() -> None:
         times[name, "256"] = ref["time_ns"]
         print(f"{name:<34} {256:>7} {ref['time_ns'] / 1000:10.2f} {'(ref)':>8} {ref['wall_s']:8.1f}")
         for packet in packets:
-            r = _spawn(["--case", f"{name}:{gpus}:{size}:{tbs}:{packet}{flags}"])
+            size_b, _, mode = packet.partition("+")
+            r = _spawn(["--case", f"{name}:{gpus}:{size}:{tbs}:{size_b}{flags}{':' + mode if mode else ''}"])
             times[name, packet] = r["time_ns"]
             err = (r["time_ns"] - ref["time_ns"]) / ref["time_ns"] * 100
             label = f"{packet}={r['packet_bytes']}" if packet == "auto" else packet
             print(f"{name:<34} {label:>7} {r['time_ns'] / 1000:10.2f} {err:+7.2f}% {r['wall_s']:8.1f}")
-    print("target: auto within 2% of 256-byte flits")
+    print("target: auto within 2% of 256-byte flits (256+ff: the flits with --fast-forward, opt-in)")
     if args.large:
         ua, nap = (f"64 GPUs 100 MiB, 1 tb/peer, {c}" for c in ("UA", "NAP+NAR"))
         print("64 GPUs 100 MiB, NAP+NAR over UA: "

@@ -51,6 +51,8 @@ def figure(
                                                 "packet_bytes = 'auto' picks (e.g. 1KiB: none coarse; "
                                                 "slower at large sizes), into a sweep of its own "
                                                 "(fig9-packets1KiB).", show_default=False),
+    fast_forward: bool = typer.Option(False, "--fast-forward", help="Skip the middle of steady states "
+                                      "(docs/simulator.md section 7), into a sweep of its own (fig9-ff)."),
 ) -> None:
     """Render one of the paper's Figures 9-14 from its sweep (run or resumed as needed).
 
@@ -69,7 +71,8 @@ def figure(
             only["topologies"] = [str(Path(topology).resolve()) if is_topology_path(topology) else topology]
         cap = None if max_packet_bytes is None else parse_size_option(max_packet_bytes)
         result = run_figure(name, out, spec_dir=spec_dir, quick=quick, executor=executor.value, jobs=jobs,
-                            progress=bar, only=only, windowed=windowed, max_packet_bytes=cap)
+                            progress=bar, only=only, windowed=windowed, max_packet_bytes=cap,
+                            fast_forward=fast_forward)
     finally:
         bar.close()
     s = result.summary

@@ -96,6 +96,10 @@ def simulate(
                                                 "multiple of the flit; default 64KiB). Packets over 1KiB "
                                                 "are coarse: 1KiB is closer, and slower.",
                                                 show_default=False),
+    fast_forward: bool = typer.Option(False, "--fast-forward", help="Skip the middle of steady states "
+                                      "and replay their ends (sampled simulation: within 1.5% of the full "
+                                      "replay where measured, docs/simulator.md section 7; not with "
+                                      "--trace)."),
     bounds_only: bool = typer.Option(False, "--bounds-only", help="Only the lower bound and the placement "
                                      "floor (what no placement or routing beats), without the replay: "
                                      "seconds where a large replay takes minutes."),
@@ -103,6 +107,7 @@ def simulate(
     """Replay a plan on a pod of multi-die GPUs and report the collective's time and bandwidth."""
     from nuna.errors import UsageError
     from nuna.plan.xml import load
+    from nuna.sim.fastforward import FastForward
     from nuna.sim.replay import SimOptions, placement_bounds
     from nuna.sim.replay import simulate as run
     from nuna.sim.result import coarse_packet_note
@@ -113,7 +118,7 @@ def simulate(
     packets = _packet_bytes(packet_bytes)
     if max_packet_bytes is not None and packets != "auto":
         raise UsageError("--max-packet-bytes caps what --packet-bytes auto picks; give one or the other")
-    options = SimOptions(windowed=windowed)
+    options = SimOptions(windowed=windowed, fast_forward=FastForward() if fast_forward else None)
     if max_packet_bytes is not None:
         options = dataclasses.replace(options, max_packet_bytes=_size(max_packet_bytes))
     spec = load_topology(topology)
@@ -152,6 +157,11 @@ def simulate(
                f"remote stores: {lat.count} lines, latency mean {lat.mean_ns:.0f} p50 {lat.p50_ns:.0f} "
                f"p99 {lat.p99_ns:.0f} max {lat.max_ns:.0f} ns; busiest I/O port {busiest * 100:.0f}% busy; "
                f"{res.die_crossing_bytes} B across dies; {res.events} events in {res.wall_s:.2f} s")
+    if res.fast_forward:
+        skipped = sum(k.skipped_ns for k in res.fast_forward)
+        events = sum(k.events for k in res.fast_forward)
+        typer.echo(f"# fast-forward: {len(res.fast_forward)} steady state(s) skipped, {skipped:.1f} ns of "
+                   f"{res.time_ns:.1f} ns, about {events:.0f} events not replayed")
     for note in (res.size_fit.note(), coarse_packet_note(res.packet_bytes)):
         if note is not None:
             typer.echo(f"# note: {note}")

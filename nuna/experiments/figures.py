@@ -33,7 +33,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nuna.errors import InputError, UsageError
-from nuna.experiments.spec import SweepSpec, canonical_json, packet_cap_spec, restrict_grid, windowed_spec
+from nuna.experiments.spec import (
+    SweepSpec,
+    canonical_json,
+    fast_forward_spec,
+    packet_cap_spec,
+    restrict_grid,
+    windowed_spec,
+)
 from nuna.experiments.sweep import ProgressCallback, SweepSummary, load_results, load_sweep_spec, run_sweep
 from nuna.fsutil import write_atomic
 from nuna.sim.result import COARSE_PACKET_BYTES
@@ -116,7 +123,7 @@ def run_figure(name: str, out_dir: str | Path, *, spec_dir: str | Path | None = 
                executor: str = "local", jobs: int | None = None,
                progress: ProgressCallback | None = None,
                only: Mapping[str, Sequence[str]] | None = None, windowed: bool | None = None,
-               max_packet_bytes: int | None = None) -> FigureOutput:
+               max_packet_bytes: int | None = None, fast_forward: bool = False) -> FigureOutput:
     """Run (or resume) figure ``name``'s sweep under ``out_dir/sweeps`` and write
     ``out_dir/NAME.{png,svg,json}`` (``NAME-quick.*`` with ``quick``). ``only`` replaces grid
     axes (:func:`nuna.experiments.spec.restrict_grid`: a partial grid, named after the change,
@@ -125,7 +132,8 @@ def run_figure(name: str, out_dir: str | Path, *, spec_dir: str | Path | None = 
     Points that failed are left out of the picture; the summary says which. ``windowed``
     replays every point with windowed scheduling or with one queue
     (:func:`nuna.experiments.spec.windowed_spec`); ``None`` leaves it to the simulator.
-    ``max_packet_bytes`` caps ``"auto"``'s packets (:func:`nuna.experiments.spec.packet_cap_spec`)."""
+    ``max_packet_bytes`` caps ``"auto"``'s packets (:func:`nuna.experiments.spec.packet_cap_spec`);
+    ``fast_forward`` skips steady states (:func:`nuna.experiments.spec.fast_forward_spec`)."""
     spec = load_sweep_spec(figure_spec_path(name, spec_dir))
     if only:
         spec = restrict_grid(spec, only)
@@ -135,6 +143,8 @@ def run_figure(name: str, out_dir: str | Path, *, spec_dir: str | Path | None = 
         spec = windowed_spec(spec, windowed)
     if max_packet_bytes is not None:
         spec = packet_cap_spec(spec, max_packet_bytes)
+    if fast_forward:
+        spec = fast_forward_spec(spec)
     topologies = sorted({topology for grid in spec.grids() for topology in grid.topologies})
     if len(topologies) > 1 and name not in _PER_TOPOLOGY_FIGURES:
         # checked before anything runs: the bars of two machines would be drawn on top of each other

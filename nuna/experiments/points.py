@@ -53,9 +53,12 @@ def _granularity(point: dict[str, Any]) -> int | str | None:
 
 
 def point_sim_options(point: dict[str, Any]) -> dict[str, Any]:
-    """The ``nuna.sim.SimOptions`` fields a point sets (``windowed``, ``max_packet_bytes``);
-    the simulator's defaults for the rest."""
-    return {key: point[key] for key in ("windowed", "max_packet_bytes") if point.get(key) is not None}
+    """The ``nuna.sim.SimOptions`` fields a point sets (``windowed``, ``max_packet_bytes``,
+    ``fast_forward`` with its default parameters); the simulator's defaults for the rest."""
+    options = {key: point[key] for key in ("windowed", "max_packet_bytes") if point.get(key) is not None}
+    if point.get("fast_forward"):
+        options["fast_forward"] = _require("nuna.sim.fastforward", "FastForward")()
+    return options
 
 
 def simulate_point(point: dict[str, Any]) -> dict[str, Any]:

@@ -65,7 +65,8 @@ _SECTIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
         frozenset({"collectives", "gpus", "sizes", "configs"}),
         frozenset({"nar_granularities", "tbs_per_peer", "topologies", "gemm_sizes", "also"}),
     ),
-    "fixed": (frozenset(), frozenset({"algo", "packet_bytes", "max_packet_bytes", "seed", "windowed"})),
+    "fixed": (frozenset(), frozenset({"algo", "packet_bytes", "max_packet_bytes", "seed", "windowed",
+                                      "fast_forward"})),
 }
 
 #: grid axes: spec-file key -> SweepSpec field, in expansion order (outermost first)
@@ -98,7 +99,8 @@ class Point:
     ``False`` with one queue for the pod, ``None`` as the simulator chooses (``nuna.sim.SimOptions``:
     windowed from 16 GPUs): the same model, equal-time events of different GPUs in GPU order or
     in insertion order, so a set choice is a point of its own. ``max_packet_bytes`` caps the
-    packets ``"auto"`` picks (``None``: the simulator's cap).
+    packets ``"auto"`` picks (``None``: the simulator's cap). ``fast_forward`` skips the middle
+    of steady states (``nuna.sim.fastforward``: a statistical shortcut, so a point of its own).
     """
 
     collective: str
@@ -114,11 +116,14 @@ class Point:
     seed: int
     windowed: bool | None = None
     max_packet_bytes: int | None = None
+    fast_forward: bool = False
 
     def as_dict(self) -> dict[str, Any]:
-        # "windowed" and "max_packet_bytes" only when set, so that points without them keep their ids
+        # "windowed", "max_packet_bytes" and "fast_forward" only when set, so that points without
+        # them keep their ids
         return {**({"windowed": self.windowed} if self.windowed is not None else {}),
             **({"max_packet_bytes": self.max_packet_bytes} if self.max_packet_bytes is not None else {}),
+            **({"fast_forward": True} if self.fast_forward else {}),
             "algo": self.algo,
             "collective": self.collective,
             "config": self.config,
@@ -145,6 +150,8 @@ class Point:
             parts.append("windowed" if self.windowed else "one-queue")
         if self.max_packet_bytes is not None:
             parts.append(f"packets<={format_size(self.max_packet_bytes)}")
+        if self.fast_forward:
+            parts.append("fast-forward")
         return " ".join(parts)
 
 
@@ -182,6 +189,7 @@ class SweepSpec:
     seed: int = 0
     windowed: bool | None = None
     max_packet_bytes: int | None = None
+    fast_forward: bool = False
     also: tuple[GridPatch, ...] = ()
     source: str = field(default="<spec>", compare=False)
 
@@ -279,6 +287,7 @@ def _expand_one(spec: SweepSpec) -> list[Point]:
             seed=spec.seed,
             windowed=spec.windowed,
             max_packet_bytes=spec.max_packet_bytes,
+            fast_forward=spec.fast_forward,
         )
         points.append(point)
     return points
@@ -345,6 +354,7 @@ def parse_sweep_spec(
         max_packet_bytes=_max_packet_bytes(fixed, packet_bytes, source),
         seed=_seed(fixed.get("seed", 0), source),
         windowed=None if "windowed" not in fixed else _flag(fixed["windowed"], source, "[fixed] windowed"),
+        fast_forward=_flag(fixed.get("fast_forward", False), source, "[fixed] fast_forward"),
         also=_grid_patches(grid.get("also", []), convert, source),
         source=source,
     )
@@ -435,6 +445,13 @@ def windowed_spec(spec: SweepSpec, windowed: bool = True) -> SweepSpec:
                                name=f"{spec.name}-{'windowed' if windowed else 'one-queue'}")
 
 
+def fast_forward_spec(spec: SweepSpec) -> SweepSpec:
+    """``spec`` replayed with fast-forward of steady states (``nuna.sim.fastforward``), named
+    apart (``fig9-ff``): its results differ from the full replay's within its error, so its
+    points are points of their own."""
+    return dataclasses.replace(spec, fast_forward=True, name=f"{spec.name}-ff")
+
+
 def packet_cap_spec(spec: SweepSpec, max_packet_bytes: int) -> SweepSpec:
     """``spec`` with ``"auto"`` packets capped at ``max_packet_bytes``, named apart
     (``fig9-packets1KiB``): a cap that binds changes results, so its points are points of their
@@ -447,13 +464,15 @@ def packet_cap_spec(spec: SweepSpec, max_packet_bytes: int) -> SweepSpec:
 
 
 def _fixed(spec: SweepSpec) -> dict[str, Any]:
-    """The ``[fixed]`` table of ``spec`` (``windowed`` and ``max_packet_bytes`` only when set:
-    older indexes stay equal)."""
+    """The ``[fixed]`` table of ``spec`` (``windowed``, ``max_packet_bytes`` and
+    ``fast_forward`` only when set: older indexes stay equal)."""
     fixed: dict[str, Any] = {"algo": spec.algo, "packet_bytes": spec.packet_bytes, "seed": spec.seed}
     if spec.windowed is not None:
         fixed["windowed"] = spec.windowed
     if spec.max_packet_bytes is not None:
         fixed["max_packet_bytes"] = spec.max_packet_bytes
+    if spec.fast_forward:
+        fixed["fast_forward"] = True
     return fixed
 
 

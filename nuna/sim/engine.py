@@ -1378,7 +1378,7 @@ Replay = namedtuple(
 P_CUS, P_LIMIT, P_REQ, P_BLOCK, P_SEG_REQ, P_SEG_READ, P_SEG_STORE, P_SEG_OUT, P_SEG_IN, P_SEG_ALU, \
     P_STACKS, P_PORTS, P_LINE, P_CUSRC, P_QDEPTH = range(15)
 # par_f
-F_BIN, F_TRACE_DT, F_WINDOW = range(3)
+F_BIN, F_TRACE_DT, F_WINDOW, F_STOP = range(4)
 # rc counters
 R_JS_FREE, R_PK_FREE, R_READY, R_DONE, R_INIT, R_TR_N, R_LATE, R_LOSTJOB = range(8)
 # stat_f
@@ -1387,8 +1387,8 @@ S_LAT_SUM, S_LAT_W, S_LAT_MAX, S_TR_NEXT, S_REMOTE_BYTES, S_READY_SUM = range(6)
 N_WAIT, N_DATA, N_RUN, N_DONE = 0, 1, 2, 3
 # packet kinds
 K_LOAD, K_ALU, K_STORE, K_REMOTE = 0, 1, 2, 3
-# loop status
-DONE, NEED_HEAP, OVERFLOW = 0, 1, 2
+# loop status (PAUSED: no event is left before ``par_f[F_STOP]``, see nuna.sim.fastforward)
+DONE, NEED_HEAP, OVERFLOW, PAUSED = 0, 1, 2, 3
 
 
 @_jit
@@ -1829,8 +1829,9 @@ def _start_domains(net: Any, st: Any, R: Any) -> None:
 
 @_jit
 def replay_loop(net: Any, st: Any, R: Any) -> int:
-    """Run the replay until no event is left (done, or deadlocked: the caller checks), or until
-    the heap needs to grow (``NEED_HEAP``: grow it and call again).
+    """Run the replay until no event is left (done, or deadlocked: the caller checks), until
+    the heap needs to grow (``NEED_HEAP``: grow it and call again) or until the next event is
+    at or after ``par_f[F_STOP]`` (``PAUSED``; infinite unless fast-forwarding).
 
     With one event queue per GPU (domain, ``C_NDOM`` > 1: windowed scheduling) the loop runs
     window by window: each domain in turn handles its events earlier than the window's end, the
@@ -1853,6 +1854,9 @@ def replay_loop(net: Any, st: Any, R: Any) -> int:
     margin = 16 * R.par_i[P_LIMIT] + 16 * 1024
     tracing = R.par_f[F_TRACE_DT] > 0.0
     width = R.par_f[F_WINDOW]
+    # fast-forward: stop before the first event at or after F_STOP (a window's start, windowed)
+    stop = R.par_f[F_STOP]
+    stopping = stop < INF
     # windowed: start with a new window (also when called again after NEED_HEAP: a window cut
     # short restarts at the earliest pending event, which keeps every post ahead of every
     # domain's progress)
@@ -1870,11 +1874,16 @@ def replay_loop(net: Any, st: Any, R: Any) -> int:
                     R.rc[R_LATE] += 1
                 if t < t0:
                     t0 = t
+            if t0 >= stop:
+                return PAUSED
             end = t0 + width
             g = 0
             st.ctr[C_DOM] = 0
-        elif not windowed and ev_count(st) == 0:
-            break
+        elif not windowed:
+            if ev_count(st) == 0:
+                break
+            if stopping and ev_top_time(st) >= stop:
+                return PAUSED
         if st.qn[g, 0] + margin > heap_capacity(st):
             return NEED_HEAP
         now, pay = ev_pop_before(net, st, end)

@@ -35,9 +35,11 @@ from nuna.plan.dag import NONE, STEP_TYPES, FlatPlan, ReplayDag, build_dag, fini
 from nuna.plan.ir import Plan
 from nuna.plan.verify import SizeFit, size_fit
 from nuna.sim import engine as eng
+from nuna.sim import fastforward
+from nuna.sim.fastforward import FastForward
 from nuna.sim.layout import MemoryLayout, memory_layout, threadblock_cus
 from nuna.sim.network import EDGE_CLASSES, WAIT_CLASSES, PodNet, RouterParams, build_pod_net
-from nuna.sim.result import ChipLinkTable, LatencyStats, SimResult
+from nuna.sim.result import ChipLinkTable, LatencyStats, SimResult, Skip
 from nuna.topology.address import nar_port_table, stack_domains, store_domains_by_cu
 from nuna.topology.build import local_node
 from nuna.topology.geometry import ChipGeometry
@@ -69,6 +71,8 @@ class SimOptions:
     # with a trace, which samples every GPU at one time, or on a topology that cannot be windowed);
     # False: one queue; None: windowed from WINDOWED_FROM_GPUS GPUs where it can be, one queue else
     windowed: bool | None = None
+    # skip the middle of steady states, replay their ends (nuna.sim.fastforward; None: off)
+    fast_forward: FastForward | None = None
 
 
 #: GPUs from which ``SimOptions(windowed=None)`` replays windowed: where a pod's engine state
@@ -466,6 +470,13 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *, packet
     and ``SimulationError`` when it cannot run or finish (deadlock)."""
     started = time.perf_counter()
     opts = options or SimOptions()
+    if trace and opts.fast_forward is not None:
+        raise UsageError("fast-forward cannot record a trace (the skipped time has no events)")
+    if opts.fast_forward is not None:
+        try:
+            opts.fast_forward.check()
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
     spec = topology_spec
     chip = spec.chip
     line = chip.flit_bytes
@@ -505,7 +516,7 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *, packet
     down_ids = (np.arange(ngpus)[:, None] * net.block + net.down + np.arange(chip.io_ports)[None, :]).ravel()
     tr_edges = np.concatenate([up_ids, down_ids]) if trace else np.zeros(0, dtype=np.int64)
     nsamples = opts.trace_samples if trace else 1
-    par_f = np.array([opts.hist_bin_ns, max(1.0, lower / 200.0) if trace else 0.0, window_ns],
+    par_f = np.array([opts.hist_bin_ns, max(1.0, lower / 200.0) if trace else 0.0, window_ns, np.inf],
                      dtype=np.float64)
     stat_f = np.zeros(8, dtype=np.float64)
     R = eng.Replay(
@@ -531,23 +542,18 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *, packet
         par_f,
         np.array([slots, packets, ready0.shape[0], 0, 0, 0, 0, 0], dtype=np.int64),
     )
-    while True:
-        status = eng.replay_loop(net.net, st, R)
-        if status == eng.NEED_HEAP:
-            st = eng.grow_heap(st, 2 * eng.heap_capacity(st))
-            continue
-        if status != eng.DONE:
-            raise SimulationError(f"internal error: replay pools overflowed "
-                                  f"(code {int(R.rc[eng.R_LOSTJOB])})")
-        break
+    st, skips = fastforward.run(net.net, st, R, n_job_ptr, opts.fast_forward)
     if st.ctr[eng.C_FOREIGN] or R.rc[eng.R_LATE]:
         raise SimulationError(f"internal error: windowed scheduling was not exact "
                               f"({int(st.ctr[eng.C_FOREIGN])} grants outside their GPU's window, "
                               f"{int(R.rc[eng.R_LATE])} events posted into a finished window)")
     if R.rc[eng.R_DONE] < nn:
         raise SimulationError(_deadlock_message(flat, dag, R))
+    for times in (R.n_t_ready, R.n_t_start, R.n_t_end):
+        fastforward.shift_times(times, skips)
     return _result(plan, spec, size_bytes, psize, seed, flat, dag, net, st, R, layout, tb_cu, (lower, floor),
-                   lb_sent, njobs, started, trace, size_fit(plan, size_bytes, opts.element_bytes), window_ns)
+                   lb_sent, njobs, started, trace, size_fit(plan, size_bytes, opts.element_bytes), window_ns,
+                   None if opts.fast_forward is None else skips)
 
 
 def _window_for(windowed: bool | None, ngpus: int, trace: bool, net: PodNet, spec: TopologySpec) -> float:
@@ -623,7 +629,8 @@ def _chip_links(net: PodNet, e_bytes: I64, util: npt.NDArray[np.float64]) -> Chi
 def _result(plan: Plan, spec: TopologySpec, size_bytes: int, psize: int, seed: int, flat: FlatPlan,
             dag: ReplayDag, net: PodNet, st: Any, R: Any, layout: MemoryLayout, tb_cu: I64,
             bounds: tuple[float, float],
-            sent: I64, njobs: int, started: float, trace: bool, fit: SizeFit, window_ns: float) -> SimResult:
+            sent: I64, njobs: int, started: float, trace: bool, fit: SizeFit, window_ns: float,
+            skips: tuple[Skip, ...] | None = None) -> SimResult:
     chip = spec.chip
     ngpus = plan.ngpus
     nn = flat.num_nodes
@@ -712,4 +719,5 @@ def _result(plan: Plan, spec: TopologySpec, size_bytes: int, psize: int, seed: i
         trace_port_bytes=np.ascontiguousarray(tr_bytes).astype(np.int64),
         size_fit=fit,
         window_ns=window_ns,
+        fast_forward=skips,
     )

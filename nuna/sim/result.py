@@ -112,6 +112,18 @@ class ChipLinkTable:
                      for e, u, v in self.order)
 
 
+@dataclass(frozen=True, slots=True)
+class Skip:
+    """A steady state that fast-forward skipped (nuna.sim.fastforward): at ``at_ns`` on the
+    replay's own clock, ``skipped_ns`` of collective time, ``jobs`` credited as done and the
+    flit-hop ``events`` that time would have taken (extrapolated, not counted in ``events``)."""
+
+    at_ns: float
+    skipped_ns: float
+    jobs: int
+    events: float
+
+
 @dataclass(frozen=True, eq=False)
 class SimResult:
     """Everything one replay measured. Times in ns, sizes in bytes, bandwidths in GB/s.
@@ -164,6 +176,8 @@ class SimResult:
     size_fit: SizeFit = field(repr=False)
     # windowed scheduling's window (SimOptions.windowed), 0 when events ran in one global order
     window_ns: float = 0.0
+    # the steady states skipped (SimOptions.fast_forward, nuna.sim.fastforward); None when off
+    fast_forward: tuple[Skip, ...] | None = None
 
     @property
     def padding_bytes(self) -> int:
@@ -234,6 +248,14 @@ class SimResult:
             "window_ns": self.window_ns,
             "wall_s": self.wall_s,
         }
+        if self.fast_forward is not None:  # only when on: results without it keep their bytes
+            out["fast_forward"] = {
+                "skipped_ns": sum(k.skipped_ns for k in self.fast_forward),
+                "skipped_jobs": sum(k.jobs for k in self.fast_forward),
+                "events_skipped": round(sum(k.events for k in self.fast_forward)),
+                "skips": [{"at_ns": k.at_ns, "skipped_ns": k.skipped_ns, "jobs": k.jobs,
+                           "events_skipped": round(k.events)} for k in self.fast_forward],
+            }
         if chip_links:
             out["chip_links"] = [link.to_json() for link in self.chip_links]
         return out

@@ -161,3 +161,6 @@ def test_windowed_and_packet_cap_reach_the_simulator(function: str) -> None:
     result = resolve_point_function(function)(point | {"max_packet_bytes": 4096})
     assert result["window_ns"] == 0.0
     assert result["packet_bytes"] == 256
+    fast = point | {"max_packet_bytes": 4096, "fast_forward": True}
+    assert "fast_forward" in point_sim_options(fast)
+    assert "fast_forward" in resolve_point_function(function)(fast)  # on, even where nothing is skipped

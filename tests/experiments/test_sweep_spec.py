@@ -22,6 +22,7 @@ from nuna.experiments.spec import (
     SweepSpec,
     config_uses_nar,
     expand,
+    fast_forward_spec,
     load_sweep_spec,
     packet_cap_spec,
     parse_sweep_spec,
@@ -260,7 +261,8 @@ def test_as_dict_names_every_field_and_is_json_data() -> None:
     assert "windowed" not in data
     assert dataclasses.replace(POINT, windowed=False).as_dict()["windowed"] is False
     assert "max_packet_bytes" not in data
-    data = dataclasses.replace(POINT, windowed=True, max_packet_bytes=4096).as_dict()
+    assert "fast_forward" not in data
+    data = dataclasses.replace(POINT, windowed=True, max_packet_bytes=4096, fast_forward=True).as_dict()
     assert set(data) == {f.name for f in dataclasses.fields(Point)}
     assert json.loads(json.dumps(data)) == data
 
@@ -475,3 +477,20 @@ def test_a_spec_tells_topology_files_from_names_as_the_loader_does() -> None:
         assert sweep_spec._is_topology_path(text) == is_topology_path(text), text
     assert is_topology_path("chip.toml")
     assert not is_topology_path("nuna-4die")
+
+
+def test_fast_forward_is_a_fixed_setting_of_its_own() -> None:
+    plain = parse_sweep_spec(BASE)
+    spec = parse_sweep_spec(_with("fixed", "fast_forward", True))
+    assert plain.fast_forward is False
+    assert all("fast_forward" not in p.as_dict() for p in expand(plain))  # ids of older points kept
+    assert "fast_forward" not in plain.to_json()["fixed"]
+    assert all(p.as_dict()["fast_forward"] is True for p in expand(spec))
+    assert spec.to_json()["fixed"]["fast_forward"] is True
+    assert len(expand(spec)) == len(expand(plain))
+    named = fast_forward_spec(restrict_grid(plain, {"gpus": ["4"]}))
+    assert named.name.endswith("-ff")
+    assert all(p.fast_forward for p in expand(named))
+    assert "fast-forward" in expand(named)[0].label()
+    with pytest.raises(InputError, match=r"\[fixed\] fast_forward.*true or false"):
+        parse_sweep_spec(_with("fixed", "fast_forward", 1))
