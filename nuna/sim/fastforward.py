@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from nuna.errors import SimulationError
+from nuna.errors import SimulationError, UsageError
 from nuna.sim import engine as eng
 from nuna.sim.result import Skip
 
@@ -62,10 +62,11 @@ class FastForward:
     min_span_jobs: int = 500
 
     def check(self) -> None:
+        """Raise ``UsageError`` for parameters that cannot work."""
         if not (self.window_ns > 0 and self.min_span_windows >= 2 and self.max_drift >= 0
                 and 0 < self.fraction < 1 and self.min_skip_windows >= 0 and self.max_skip_spans > 0
                 and self.min_span_jobs >= 1):
-            raise ValueError(f"invalid fast-forward parameters: {self}")
+            raise UsageError(f"invalid fast-forward parameters: {self}")
 
 
 @dataclass
@@ -112,12 +113,12 @@ def _loop(net: Any, st: Any, R: Any) -> tuple[Any, int]:
 def run(net: Any, st: Any, R: Any, n_job_ptr: I64,
         params: FastForward | None) -> tuple[Any, tuple[Skip, ...]]:
     """Run the replay to its end, fast-forwarding steady states when ``params`` is given.
-    Returns the (possibly regrown) engine state and the skips made."""
+    Returns the (possibly regrown) engine state and the skips made. ``params`` must have
+    passed :meth:`FastForward.check`."""
     R.par_f[eng.F_STOP] = np.inf
     if params is None:
         st, _ = _loop(net, st, R)
         return st, ()
-    params.check()
     S = params.window_ns
     ends = n_job_ptr[1:]
     total = np.diff(n_job_ptr)
