@@ -97,9 +97,9 @@ def simulate(
                                                 "are coarse: 1KiB is closer, and slower.",
                                                 show_default=False),
     fast_forward: bool = typer.Option(False, "--fast-forward", help="Skip the middle of steady states "
-                                      "and replay their ends (sampled simulation: within 1.5% of the full "
-                                      "replay where measured, docs/simulator.md section 7; not with "
-                                      "--trace)."),
+                                      "and replay their ends (sampled simulation: -2.4% to +1.8% against "
+                                      "the full replay where measured, docs/simulator.md section 7; "
+                                      "not with --trace)."),
     bounds_only: bool = typer.Option(False, "--bounds-only", help="Only the lower bound and the placement "
                                      "floor (what no placement or routing beats), without the replay: "
                                      "seconds where a large replay takes minutes."),
