@@ -158,10 +158,9 @@ def simulate(
                f"p99 {lat.p99_ns:.0f} max {lat.max_ns:.0f} ns; busiest I/O port {busiest * 100:.0f}% busy; "
                f"{res.die_crossing_bytes} B across dies; {res.events} events in {res.wall_s:.2f} s")
     if res.fast_forward:
-        skipped = sum(k.skipped_ns for k in res.fast_forward)
-        events = sum(k.events for k in res.fast_forward)
-        typer.echo(f"# fast-forward: {len(res.fast_forward)} steady state(s) skipped, {skipped:.1f} ns of "
-                   f"{res.time_ns:.1f} ns, about {events:.0f} events not replayed")
+        typer.echo(f"# fast-forward: {len(res.fast_forward)} steady state(s) skipped, "
+                   f"{res.skipped_ns:.1f} ns of {res.time_ns:.1f} ns, about {res.events_skipped:.0f} events "
+                   "not replayed")
     for note in (res.size_fit.note(), coarse_packet_note(res.packet_bytes)):
         if note is not None:
             typer.echo(f"# note: {note}")

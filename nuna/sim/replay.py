@@ -470,9 +470,9 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *, packet
     and ``SimulationError`` when it cannot run or finish (deadlock)."""
     started = time.perf_counter()
     opts = options or SimOptions()
-    if trace and opts.fast_forward is not None:
-        raise UsageError("fast-forward cannot record a trace (the skipped time has no events)")
     if opts.fast_forward is not None:
+        if trace:
+            raise UsageError("fast-forward cannot record a trace (the skipped time has no events)")
         opts.fast_forward.check()
     spec = topology_spec
     chip = spec.chip

@@ -180,6 +180,16 @@ class SimResult:
     fast_forward: tuple[Skip, ...] | None = None
 
     @property
+    def skipped_ns(self) -> float:
+        """Collective time fast-forward skipped (0 when it was off or skipped nothing)."""
+        return sum(k.skipped_ns for k in self.fast_forward or ())
+
+    @property
+    def events_skipped(self) -> float:
+        """Flit-hop events the skipped time would have taken (extrapolated; not in ``events``)."""
+        return sum(k.events for k in self.fast_forward or ())
+
+    @property
     def padding_bytes(self) -> int:
         return self.size_fit.padding_bytes
 
@@ -250,9 +260,9 @@ class SimResult:
         }
         if self.fast_forward is not None:  # only when on: results without it keep their bytes
             out["fast_forward"] = {
-                "skipped_ns": sum(k.skipped_ns for k in self.fast_forward),
+                "skipped_ns": self.skipped_ns,
                 "skipped_jobs": sum(k.jobs for k in self.fast_forward),
-                "events_skipped": round(sum(k.events for k in self.fast_forward)),
+                "events_skipped": round(self.events_skipped),
                 "skips": [{"at_ns": k.at_ns, "skipped_ns": k.skipped_ns, "jobs": k.jobs,
                            "events_skipped": round(k.events)} for k in self.fast_forward],
             }

@@ -67,7 +67,9 @@ def test_close_to_the_full_replay(spec, collective: str, gpus: int, size: int,  
     assert fast.time_ns >= fast.lower_bound_ns
     assert fast.remote_store_latency.mean_ns == pytest.approx(full.remote_store_latency.mean_ns, rel=0.05)
     skipped = sum(k.skipped_ns for k in skips)
+    assert fast.skipped_ns == pytest.approx(skipped)
     assert 0 < skipped < fast.time_ns
+    assert full.skipped_ns == 0.0
     busy = fast.port_egress_busy_ns.sum() / full.port_egress_busy_ns.sum()
     assert busy == pytest.approx(1.0, rel=0.02)
 
