@@ -125,10 +125,10 @@ def test_each_flow_is_delivered_in_order_through_single_fifos(width: int, height
 @example(width=2, height=4, rate=0.875, flits=3, seed=523)
 def test_virtual_channels_deliver_every_packet_no_faster_than_zero_load(width: int, height: int, rate: float,
                                                                        flits: int, seed: int) -> None:
-    # with 4 virtual channels per port a flow's packets may take different channels and overtake
-    # each other (BookSim 2 does not keep them in order either; 53 reorders over 100 seeds of a 4x4
-    # mesh at 0.9 flits/cycle in 3-flit packets, none with one channel; the example reorders once),
-    # but none is lost and none beats its path
+    # with 4 virtual channels per port a flow's packets may take different channels (round-robin
+    # VC allocation) and overtake each other (53 reorders over 100 seeds of a 4x4 mesh at 0.9
+    # flits/cycle in 3-flit packets, none with one channel; the example reorders once), but none
+    # is lost and none beats its path
     mesh = noc.build_mesh(width, height, "iq")
     cyc, src, dst, deliver = _random_traffic(mesh, rate, flits, seed)
     assert not np.isnan(deliver).any()
