@@ -32,6 +32,7 @@ Units: times in ns (float64), sizes in bytes (int64), ``inv_bw`` in ns per byte.
 
 from __future__ import annotations
 
+import mmap
 from collections import namedtuple
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
@@ -240,6 +241,26 @@ def _aligned(n: int) -> F8:
     return raw[off:off + n]
 
 
+def _small_pages(n: int) -> F8:
+    """``n`` zeroed float64 on 4-KiB pages (page-aligned, so on a cache line), not the
+    transparent huge pages numpy asks the kernel for on arrays of 4 MB and more.
+
+    For the event rings: a ring is written front to back as the replay goes, so its pages are
+    first touched one by one, and with huge pages a first touch may zero (and first compact)
+    2 MB. Windowed, a 64-GPU pod has 576 rings of up to 4 MB: the first 1 MiB allgather replayed
+    in a process spent 0.46-1.30 s in the kernel with huge pages, 0.11-0.45 s with small ones,
+    where only the slots used are zeroed (docs/simulator.md §6). The rows read at random
+    (edges, packets, the heaps) keep huge pages, which spare TLB misses: the heaps on small
+    pages made the one-queue replay of the same pod slower in both of two rounds. Falls back to
+    :func:`_aligned` where the kernel cannot be told (not Linux)."""
+    advice = getattr(mmap, "MADV_NOHUGEPAGE", None)
+    if advice is None:
+        return _aligned(n)
+    buf = mmap.mmap(-1, 8 * max(1, n), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    buf.madvise(advice)
+    return np.frombuffer(buf, dtype=np.float64, count=n)
+
+
 def _new_heap(events: int, domains: int = 1) -> tuple[F8, I8]:
     """``domains`` empty event heaps of ``events`` slots each: a float64 view (times) and an
     int64 view (keys) of one buffer of 16-byte rows. Node ``i`` of heap ``g`` is row
@@ -294,7 +315,7 @@ def make_state(net: Any, packets: int, heap: int, ring: int, domains: int = 1, b
     # from the packet slots instead of the packets in flight took 2.3 GB (docs/simulator.md §6).
     D = max(1, int(net.ei[:, EI_DCLASS].max()) + 1 if E else 1)
     C = 1 << min(18, max(4, int((in_flight or P) // G).bit_length()))
-    fq = _aligned(2 * G * D * C).reshape(G * D * C, 2)
+    fq = _small_pages(2 * G * D * C).reshape(G * D * C, 2)
     ctr[C_QD] = D
     ctr[C_QC] = C
     # 32-byte packet rows: a row never straddles two cache lines
