@@ -729,28 +729,42 @@ def _apply_vc_credits(st: Any, k: int, now: float) -> float:
 
 
 @_jit
+def _merge_credit(vf: F8, k: int, R: int, nbytes: int, t: float) -> None:
+    """A credit return for VC row ``k`` whose ring of ``R`` pending returns is full: merge it
+    into the latest-due entry (its credits come back a little late: conservative, and exact
+    whenever the ring holds a virtual channel's packets)."""
+    j = 0
+    for i in range(1, R):
+        if vf[k, VF_RING + i] > vf[k, VF_RING + j]:
+            j = i
+    if t > vf[k, VF_RING + j]:
+        vf[k, VF_RING + j] = t
+    vf[k, VF_RING + R + j] += nbytes
+
+
+@_jit
+def _credit_wake(st: Any, e: int, t: float) -> None:
+    """Edge ``e`` waits for credits of its buffer: it re-arbitrates when this return is due."""
+    st.ei[e, EI_CWAIT] = 0
+    schedule_wake(st, e, t)
+
+
+@_hot
 def _return_credit(st: Any, e: int, v: int, nbytes: int, t: float) -> None:
+    # inlined at its two call sites (a grant, a delivery): a call that passes the whole state
+    # costs more than the ring insert itself; the rare paths take only what they need
     vf = st.vf
     R = st.ctr[C_RING]
     k = st.ei[e, EI_VBASE] + v
     n = int(vf[k, VF_CRN])
     if n >= R:
-        # ring full: merge into the latest-due entry (its credits come back a little late:
-        # conservative, and exact whenever the ring holds a virtual channel's packets)
-        j = 0
-        for i in range(1, n):
-            if vf[k, VF_RING + i] > vf[k, VF_RING + j]:
-                j = i
-        if t > vf[k, VF_RING + j]:
-            vf[k, VF_RING + j] = t
-        vf[k, VF_RING + R + j] += nbytes
+        _merge_credit(vf, k, R, nbytes, t)
     else:
         vf[k, VF_RING + n] = t
         vf[k, VF_RING + R + n] = nbytes
         vf[k, VF_CRN] = n + 1
     if st.ei[e, EI_CWAIT]:
-        st.ei[e, EI_CWAIT] = 0
-        schedule_wake(st, e, t)
+        _credit_wake(st, e, t)
 
 
 # --- requests, arbitration, grants -------------------------------------------------------

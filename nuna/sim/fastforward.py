@@ -117,8 +117,8 @@ def run(net: Any, st: Any, R: Any, n_job_ptr: I64,
         params: FastForward | None) -> tuple[Any, tuple[Skip, ...]]:
     """Run the replay to its end, fast-forwarding steady states when ``params`` is given.
     Returns the (possibly regrown) engine state and the skips made. ``params`` must have
-    passed :meth:`FastForward.check`."""
-    R.par_f[eng.F_STOP] = np.inf
+    passed :meth:`FastForward.check`. ``R.par_f[F_STOP]`` starts infinite (no pause) and is
+    left so."""
     if params is None:
         st, _ = _loop(net, st, R)
         return st, ()

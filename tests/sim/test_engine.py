@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from numba import njit
@@ -149,13 +150,15 @@ def unreturned_credit(net: Any, state: Any) -> np.ndarray:
     return np.asarray(rows[:, eng.VF_USED] - pending)
 
 
-def test_credits_all_come_back() -> None:
+@pytest.mark.parametrize("ring", [1, 8])
+def test_credits_all_come_back(ring: int) -> None:
+    # ring 1: a virtual channel's second pending return already merges into the first
     mesh = noc.build_mesh(4, 4, "iq")
     rng = np.random.default_rng(5)
     cyc, src = np.nonzero(rng.random((500, 16)) < 0.3)
     dst = rng.integers(0, 16, size=src.shape[0])
     count = src.shape[0]
-    state = eng.make_state(mesh.net, count, 8 * eng.num_edges(mesh.net) + 1024, 8)
+    state = eng.make_state(mesh.net, count, 8 * eng.num_edges(mesh.net) + 1024, ring)
     deliver = np.full(count, np.nan)
     pos = np.array([0, count], np.int64)
     seg = mesh.pair_seg[src, dst].astype(np.int32)
@@ -166,6 +169,19 @@ def test_credits_all_come_back() -> None:
     # every byte of credit taken was returned (some returns may still be queued, never lost)
     np.testing.assert_array_equal(unreturned_credit(mesh.net, state), 0.0)
     assert (state.vf[: _vc_rows(mesh.net), eng.VF_HEAD] == -1).all()
+
+
+@pytest.mark.parametrize("n", [1, 7, 1 << 20])
+def test_small_page_arrays_are_zeroed_aligned_writable_and_distinct(n: int) -> None:
+    # the event rings' memory (engine._small_pages): like _aligned's, on 4-KiB pages
+    a, b = eng._small_pages(n), eng._small_pages(n)
+    assert a.shape == (n,)
+    assert a.dtype == np.float64
+    assert a.ctypes.data % 64 == 0
+    assert not a.any()
+    a[:] = 1.0
+    assert a.sum() == n
+    assert not b.any()
 
 
 def test_long_packet_streams_at_the_bottleneck() -> None:
