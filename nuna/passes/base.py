@@ -80,6 +80,18 @@ def run_pipeline(plan: Plan, passes: Sequence[PlanPass], ctx: PassContext, *,
     return plan
 
 
+def check_placed(plan: Plan, placed: Plan, ctx: PassContext, label: str) -> Plan:
+    """``placed``, after the checks :func:`run_pipeline` makes of a pipeline's input ``plan``
+    and output: both verify and they differ at most in their placement (``label`` names what
+    placed it in the error)."""
+    chunk_bytes_for(plan, ctx.size_bytes)
+    verify_plan(plan)
+    if not _same_program(plan, placed):
+        raise PassError(f"{label} changed the plan's program, not just its placement")
+    verify_plan(placed)
+    return placed
+
+
 def _same_program(a: Plan, b: Plan) -> bool:
     """True when ``a`` and ``b`` differ at most in their placement (cheap: tuples compare by
     identity first, and passes reuse the input's ``gpus`` tuple)."""

@@ -27,7 +27,7 @@ from typing import Literal
 
 from nuna.errors import UsageError
 from nuna.passes.access import decompose
-from nuna.passes.base import Observer, PassContext, PlanPass, run_pipeline
+from nuna.passes.base import Observer, PassContext, PlanPass, check_placed, run_pipeline
 from nuna.passes.logical import logical_allocation
 from nuna.passes.nap import NapPass, NapStarPass, annotate, physical_placement
 from nuna.passes.nar import GranularityEstimate, NarPass, check_granularity, estimate_granularity
@@ -137,17 +137,31 @@ def _placer(plan: Plan, cfg: Config, ctx: PassContext) -> Callable[[int], Plan]:
 
         return place_nap
     if cfg.placement == "numa":
-        return lambda g: cfg.placement_pass().run(NarPass(g).run(plan, ctx), ctx)
+        accesses = decompose(plan)  # NAR changes the placement only, not what decompose reads
+
+        def place_numa(g: int) -> Plan:
+            return NumaPass().place(NarPass(g).run(plan, ctx), ctx, accesses)
+
+        return place_numa
     placed = cfg.placement_pass().run(plan, ctx)
     return lambda g: NarPass(g).run(placed, ctx)
 
 
+def _keeping(place: Callable[[int], Plan], placed: dict[int, Plan]) -> Callable[[int], Plan]:
+    def keep(g: int) -> Plan:
+        placed[g] = place(g)
+        return placed[g]
+
+    return keep
+
+
 def choose_granularity(plan: Plan, name: str, ctx: PassContext, requested: Granularity = None, *,
-                       seed: int = 0) -> GranularityChoice:
+                       seed: int = 0, placed: dict[int, Plan] | None = None) -> GranularityChoice:
     """Resolve ``requested`` for configuration ``name``: ``None`` for configurations without NAR;
     an integer is checked; ``None`` runs the size-threshold heuristic
     (:func:`nuna.passes.nar.estimate_granularity`); ``"auto"`` simulates every valid granularity
-    with :func:`nuna.sim.simulate` and keeps the fastest (ties: the coarser)."""
+    with :func:`nuna.sim.simulate` and keeps the fastest (ties: the coarser). ``placed``, when
+    given, receives the heuristic's placed plan of every candidate ``G`` (unchecked)."""
     cfg = get_config(name)
     spec = ctx.topology
     if not cfg.nar:
@@ -158,7 +172,10 @@ def choose_granularity(plan: Plan, name: str, ctx: PassContext, requested: Granu
     if isinstance(requested, int) and not isinstance(requested, bool):
         return GranularityChoice(check_granularity(spec, requested), "given")
     if requested is None:
-        g, est = estimate_granularity(plan, spec, ctx.size_bytes, _placer(plan, cfg, ctx))
+        place = _placer(plan, cfg, ctx)
+        if placed is not None:
+            place = _keeping(place, placed)
+        g, est = estimate_granularity(plan, spec, ctx.size_bytes, place)
         return GranularityChoice(g, "heuristic", estimates=est)
     if requested != "auto":
         raise UsageError(f"invalid NAR granularity {requested!r}: expected an integer or 'auto'")
@@ -166,8 +183,8 @@ def choose_granularity(plan: Plan, name: str, ctx: PassContext, requested: Granu
 
     times: list[tuple[int, float]] = []
     for g in nar_granularities(spec):
-        placed = _place(plan, cfg, ctx, g, None, False)
-        times.append((g, float(simulate(placed, spec, ctx.size_bytes, seed=seed).time_ns)))
+        candidate = _place(plan, cfg, ctx, g, None, False)
+        times.append((g, float(simulate(candidate, spec, ctx.size_bytes, seed=seed).time_ns)))
     best = min(times, key=lambda t: (t[1], t[0]))[0]
     return GranularityChoice(best, "auto", simulated_ns=tuple(times))
 
@@ -181,8 +198,16 @@ def apply_config(plan: Plan, name: str, ctx: PassContext, nar_granularity: Granu
     The result records ``config`` and ``size_bytes`` in its placement and verifies.
     """
     cfg = get_config(name)
-    choice = choose_granularity(plan, cfg.name, ctx, nar_granularity, seed=seed)
-    return _place(plan, cfg, ctx, choice.granularity, observe, True)
+    placed: dict[int, Plan] = {}
+    choice = choose_granularity(plan, cfg.name, ctx, nar_granularity, seed=seed, placed=placed)
+    g = choice.granularity
+    if observe is None and g is not None and g in placed:
+        # the heuristic has placed the plan at G already, as the pipeline would (tested): check
+        # that plan as the pipeline checks its own instead of placing it again (NUMA+NAR and
+        # NAP+NAR at 64 GPUs: seconds per point)
+        out = check_placed(plan, placed[g], ctx, cfg.name)
+        return dataclasses.replace(out, placement=dataclasses.replace(out.placement, config=cfg.name))
+    return _place(plan, cfg, ctx, g, observe, True)
 
 
 def config_names(text: str | Sequence[str]) -> tuple[str, ...]:

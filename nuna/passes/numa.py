@@ -18,11 +18,11 @@ from typing import ClassVar
 
 import numpy as np
 
-from nuna.passes.access import decompose
+from nuna.passes.access import TbAccess, decompose
 from nuna.passes.base import PassContext, replace_placement
 from nuna.passes.logical import logical_allocation
 from nuna.passes.nap import Classes, FirstFit, cu_budget_requests, spread_classes, tb_demand_requests
-from nuna.plan.ir import Plan, TbPlacement
+from nuna.plan.ir import Buffer, Plan, TbPlacement
 from nuna.plan.verify import chunk_bytes_for
 from nuna.plan.xml import canonical_placement
 from nuna.sim.layout import BaselineLayout, baseline_cus
@@ -30,8 +30,10 @@ from nuna.topology.geometry import chip_geometry
 from nuna.topology.spec import TopologySpec
 
 
-def numa_cus(plan: Plan, spec: TopologySpec, size_bytes: int) -> dict[tuple[int, int], int]:
-    """CU of every threadblock under the NUMA policy (see the module doc)."""
+def numa_cus(plan: Plan, spec: TopologySpec, size_bytes: int,
+             accesses: tuple[TbAccess, ...] | None = None) -> dict[tuple[int, int], int]:
+    """CU of every threadblock under the NUMA policy (see the module doc). ``accesses``:
+    ``decompose(plan)`` when the caller has it (it depends on the program, not the placement)."""
     geo = chip_geometry(spec.chip)
     round_trip = geo.cu_stack.latency_ns + geo.stack_cu.latency_ns.T  # (C, S)
     chunk_bytes = chunk_bytes_for(plan, size_bytes)
@@ -41,12 +43,18 @@ def numa_cus(plan: Plan, spec: TopologySpec, size_bytes: int) -> dict[tuple[int,
     out: dict[tuple[int, int], int] = {}
     # under NAR the pages are in the NAR segment (a NAR pass runs first in NUMA+NAR)
     layout = BaselineLayout(plan, spec, size_bytes, plan.placement.nar_granularity)
-    for group in logical_allocation(decompose(plan)):
+    # a chunk read by several threadblocks (a reduction's operands) is split over stacks once
+    split: dict[tuple[int, Buffer, int], dict[int, int]] = {}
+    for group in logical_allocation(decompose(plan) if accesses is None else accesses):
         for member in group.members:
             acc = member.access
             weights: dict[int, int] = {}
             for c in acc.local:
-                for s, b in layout.chunk_stack_bytes(c.gpu, c.buffer, c.chunk).items():
+                key = (c.gpu, c.buffer, c.chunk)
+                per_stack = split.get(key)
+                if per_stack is None:
+                    per_stack = split[key] = layout.chunk_stack_bytes(c.gpu, c.buffer, c.chunk)
+                for s, b in per_stack.items():
                     weights[s] = weights.get(s, 0) + b
             if not weights:
                 out[(acc.gpu, acc.tb)] = base[(acc.gpu, acc.tb)]
@@ -71,7 +79,11 @@ class NumaPass:
     name: ClassVar[str] = "numa"
 
     def run(self, plan: Plan, ctx: PassContext) -> Plan:
-        cus = numa_cus(plan, ctx.topology, ctx.size_bytes)
+        return self.place(plan, ctx, None)
+
+    def place(self, plan: Plan, ctx: PassContext, accesses: tuple[TbAccess, ...] | None) -> Plan:
+        """:meth:`run` with ``decompose(plan)`` given (``None``: computed here)."""
+        cus = numa_cus(plan, ctx.topology, ctx.size_bytes, accesses)
         tbs = tuple(TbPlacement(g, t, cu) for (g, t), cu in cus.items())
         out = replace_placement(plan, ctx, threadblocks=tbs, chunks=())
         return dataclasses.replace(out, placement=canonical_placement(out))

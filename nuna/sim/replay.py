@@ -69,7 +69,8 @@ class SimOptions:
     # one event queue per GPU, run in windows of the shortest cross-GPU lookahead (docs/simulator.md
     # §6): the same model, equal-time events of different GPUs in GPU order. True: always (an error
     # with a trace, which samples every GPU at one time, or on a topology that cannot be windowed);
-    # False: one queue; None: windowed from WINDOWED_FROM_GPUS GPUs where it can be, one queue else
+    # False: one queue; None: windowed from WINDOWED_FROM_GPUS GPUs with packets smaller than
+    # WINDOWED_BELOW_PACKET_BYTES where it can be, one queue else
     windowed: bool | None = None
     # skip the middle of steady states, replay their ends (nuna.sim.fastforward; None: off)
     fast_forward: FastForward | None = None
@@ -79,6 +80,11 @@ class SimOptions:
 #: outgrows the cache (docs/simulator.md §6, the loop by pod size, three runs each: 1.14-1.76x at 16-64
 #: GPUs in 8 of 9 runs, one 0.78x at 32; 0.78-1.17x at 2-8 GPUs)
 WINDOWED_FROM_GPUS = 16
+
+#: ... with packets smaller than this: coarser ones replay faster with one queue (docs/simulator.md
+#: §6, Fig 9 points at 16-64 GPUs, windowed / one-queue CPU time: 32-64 KiB packets 1.06-1.35 in
+#: 9 of 10 cases, 0.80-0.90 in one; 512 B-16 KiB 0.53-1.00)
+WINDOWED_BELOW_PACKET_BYTES = 32 * 1024
 
 
 @functools.lru_cache(maxsize=4)
@@ -488,7 +494,7 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *, packet
     n_cu = tb_cu[flat.node_tb].astype(np.int64)
     cus_used = np.unique((n_gpu * chip.cus + n_cu)[np.diff(n_job_ptr) > 0]).shape[0]
     slots = int(min(njobs, cus_used * limit)) + 1
-    window_ns = _window_for(opts.windowed, ngpus, trace, net, spec)
+    window_ns = _window_for(opts.windowed, ngpus, trace, net, spec, psize)
     domains = ngpus if window_ns > 0.0 else 1
     # windowed, a remote store's packet is freed by the later of its two landing events (in the
     # sender's and the receiver's domain), possibly after its job slot is in use again
@@ -553,11 +559,15 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *, packet
                    None if opts.fast_forward is None else skips)
 
 
-def _window_for(windowed: bool | None, ngpus: int, trace: bool, net: PodNet, spec: TopologySpec) -> float:
+def _window_for(windowed: bool | None, ngpus: int, trace: bool, net: PodNet, spec: TopologySpec,
+                packet_bytes: int) -> float:
     """The window to replay with (0: one queue) for :attr:`SimOptions.windowed`: forced on, it
     raises ``UsageError`` where windows cannot be used; left to the simulator (``None``), it
-    windows from :data:`WINDOWED_FROM_GPUS` GPUs where they can be."""
-    if windowed is False or ngpus == 1 or (windowed is None and ngpus < WINDOWED_FROM_GPUS):
+    windows from :data:`WINDOWED_FROM_GPUS` GPUs with packets smaller than
+    :data:`WINDOWED_BELOW_PACKET_BYTES` where they can be."""
+    if windowed is False or ngpus == 1:
+        return 0.0
+    if windowed is None and (ngpus < WINDOWED_FROM_GPUS or packet_bytes >= WINDOWED_BELOW_PACKET_BYTES):
         return 0.0
     if trace:
         if windowed is None:

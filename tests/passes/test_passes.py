@@ -189,6 +189,38 @@ def test_heuristic_placer_matches_the_pipeline(spec: TopologySpec, config: str) 
         assert place(g) == run_pipeline(plan, cfg.passes(g), ctx, check=False), g
 
 
+@pytest.mark.parametrize("config", sorted(c for c in CONFIGS if c.endswith("+NAR")))
+@pytest.mark.parametrize("collective", ["allgather", "allreduce"])
+def test_apply_config_keeps_the_heuristics_plan_only_when_it_is_the_pipelines(
+        spec: TopologySpec, config: str, collective: str) -> None:
+    # without an observer apply_config returns the plan the heuristic placed at the chosen G;
+    # an observer makes it run the pipeline again: the two must be the same plan
+    plan = generate(collective, 4, tbs_per_peer=2)
+    ctx = PassContext(spec, _size(plan, 100_000))
+    seen: list[str] = []
+    piped = apply_config(plan, config, ctx, observe=lambda p, _out: seen.append(p.name))
+    assert seen
+    assert apply_config(plan, config, ctx) == piped
+    assert piped.placement.config == config
+
+
+def test_apply_config_checks_the_kept_plan(spec: TopologySpec, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a placer that changed the program is caught on the kept path as in the pipeline
+    import nuna.passes.configs as configs
+
+    plan = generate("allgather", 4, tbs_per_peer=1)
+    ctx = PassContext(spec, _size(plan, 100_000))
+    real = configs._placer
+
+    def broken(p: Plan, cfg, c):  # type: ignore[no-untyped-def]
+        place = real(p, cfg, c)
+        return lambda g: dataclasses.replace(place(g), name="not the same program")
+
+    monkeypatch.setattr(configs, "_placer", broken)
+    with pytest.raises(PassError, match="changed the plan's program"):
+        apply_config(plan, "UA+NAR", ctx)
+
+
 def test_nap_spreads_a_chunk_read_by_many_over_the_nearest_stacks(spec: TopologySpec) -> None:
     # 8-GPU direct allgather, one threadblock per peer, 1 MiB: each GPU's own 128 KiB slice is
     # read by its seven senders, 7 x 120 kB of demand, so seven stacks (docs/passes.md)

@@ -21,7 +21,13 @@ from nuna.plan.generate import generate
 from nuna.sim import engine as eng
 from nuna.sim import noc, simulate
 from nuna.sim.network import build_pod_net
-from nuna.sim.replay import WINDOWED_FROM_GPUS, SimOptions, _window_for, _window_ns
+from nuna.sim.replay import (
+    WINDOWED_BELOW_PACKET_BYTES,
+    WINDOWED_FROM_GPUS,
+    SimOptions,
+    _window_for,
+    _window_ns,
+)
 from nuna.topology.spec import load_topology
 
 WINDOWED = SimOptions(windowed=True)
@@ -144,28 +150,37 @@ def test_refuses_a_bounded_switch_buffer(spec) -> None:  # type: ignore[no-untyp
     bounded = dataclasses.replace(net, net=net.net._replace(ei=ei))
     assert _window_ns(bounded, spec) is None
     with pytest.raises(UsageError, match="unbounded"):
-        _window_for(True, 2, False, bounded, spec)
+        _window_for(True, 2, False, bounded, spec, 256)
     # by default such a pod replays with one queue, at any size
-    assert _window_for(None, 64, False, bounded, spec) == 0.0
+    assert _window_for(None, 64, False, bounded, spec, 256) == 0.0
 
 
 def test_default_windows_from_16_gpus_unless_traced(spec) -> None:  # type: ignore[no-untyped-def]
     net = build_pod_net(spec, 2)
     window = _window_ns(net, spec)
     assert WINDOWED_FROM_GPUS == 16
+    small, coarse = WINDOWED_BELOW_PACKET_BYTES // 2, WINDOWED_BELOW_PACKET_BYTES
     for ngpus in (2, 8, WINDOWED_FROM_GPUS - 1):
-        assert _window_for(None, ngpus, False, net, spec) == 0.0
-        assert _window_for(True, ngpus, False, net, spec) == window
+        assert _window_for(None, ngpus, False, net, spec, 256) == 0.0
+        assert _window_for(True, ngpus, False, net, spec, 256) == window
     for ngpus in (WINDOWED_FROM_GPUS, 64):
-        assert _window_for(None, ngpus, False, net, spec) == window
-        assert _window_for(False, ngpus, False, net, spec) == 0.0
-        assert _window_for(None, ngpus, True, net, spec) == 0.0  # a trace needs one queue
+        for psize in (256, small):
+            assert _window_for(None, ngpus, False, net, spec, psize) == window
+            assert _window_for(False, ngpus, False, net, spec, psize) == 0.0
+            assert _window_for(None, ngpus, True, net, spec, psize) == 0.0  # a trace needs one queue
+        # coarse packets replay faster with one queue, unless windows are forced
+        assert _window_for(None, ngpus, False, net, spec, coarse) == 0.0
+        assert _window_for(True, ngpus, False, net, spec, coarse) == window
     # and the replay follows it: SimOptions() leaves the choice to the simulator
     assert SimOptions().windowed is None
     plan = generate("allgather", WINDOWED_FROM_GPUS)
     assert simulate(plan, spec, 64 * 1024).window_ns == window
     assert simulate(plan, spec, 64 * 1024, trace=True).window_ns == 0.0
     assert simulate(plan, spec, 64 * 1024, options=SimOptions(windowed=False)).window_ns == 0.0
+    coarse_res = simulate(plan, spec, 4 << 20, packet_bytes=WINDOWED_BELOW_PACKET_BYTES)
+    assert coarse_res.packet_bytes == WINDOWED_BELOW_PACKET_BYTES
+    assert coarse_res.window_ns == 0.0
+    assert simulate(plan, spec, 4 << 20, packet_bytes=small).window_ns == window
 
 
 @pytest.mark.parametrize("gemm_bytes", [0, 1_000_000])
