@@ -90,7 +90,8 @@ def simulate(
                                          "in windows of the shortest cross-GPU latency (the same model, "
                                          "equal-time events of different GPUs in GPU order; not with "
                                          "--trace), or one queue for the pod. Default: windowed from 16 "
-                                         "GPUs, where it is faster, unless --trace.", show_default=False),
+                                         "GPUs with packets under 32 KiB, where it is faster, unless "
+                                         "--trace.", show_default=False),
     max_packet_bytes: str | None = typer.Option(None, "--max-packet-bytes", help="With --packet-bytes "
                                                 "auto: the largest packet it may pick (a power-of-two "
                                                 "multiple of the flit; default 64KiB). Packets over 1KiB "

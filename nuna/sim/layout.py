@@ -179,9 +179,10 @@ def memory_layout(plan: Plan, spec: TopologySpec, size_bytes: int, flat: FlatPla
             continue  # a later placement of a chunk dealt at its first one
         lo = int(page_base[pl.gpu] + buffer_page[pl.gpu, b]) * page + pl.chunk * cb
         first, last = lo // page, (lo + cb - 1) // page
-        for p in range(first, last + 1):
-            if page_stack[p] < 0:
-                page_stack[p] = dealt[(p - first) % len(dealt)]
+        # the chunk's pages dealt over its stacks in turn, each page not dealt before (a page
+        # shared with an earlier chunk keeps that chunk's stack)
+        free = first + np.flatnonzero(page_stack[first:last + 1] < 0)
+        page_stack[free] = np.asarray(dealt, dtype=np.int64)[(free - first) % len(dealt)]
     page_phys = np.zeros(total, dtype=np.int64)
     stacks = chip.hbm_stacks
     # the baseline policy is periodic in the page index: evaluate it once per residue

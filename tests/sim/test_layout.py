@@ -121,6 +121,19 @@ def test_chunk_placement_first_come_first_served(spec) -> None:  # type: ignore[
     assert mem.page_phys[base + 1] == physical_address(spec, 9, 0)
 
 
+def test_a_chunk_dealt_over_stacks_takes_its_pages_in_turn(spec) -> None:  # type: ignore[no-untyped-def]
+    plan = generate("allgather", 2, tbs_per_peer=1, chunks_per_peer=8)
+    size = 96 * 1024  # 6 KiB chunks: chunk 0 is on pages 0-1, chunk 1 on pages 1-2
+    chunks = (ChunkPlacement(0, Buffer.OUTPUT, 1, 3), ChunkPlacement(0, Buffer.OUTPUT, 1, 4),
+              ChunkPlacement(0, Buffer.OUTPUT, 0, 6))
+    plan = dataclasses.replace(plan, placement=Placement(chunks=chunks))
+    mem, _ = _layout(plan, spec, size)
+    base = int(mem.page_base[0] + mem.buffer_page[0, 1])
+    # chunk 1 came first: its pages go to its stacks in turn; chunk 0 gets only the page that
+    # chunk 1 did not take
+    assert [int(x) for x in mem.page_stack[base:base + 3]] == [6, 3, 4]
+
+
 def test_placed_threadblocks_keep_their_cu(spec) -> None:  # type: ignore[no-untyped-def]
     plan = generate("allgather", 2)
     plan = dataclasses.replace(plan, placement=Placement(threadblocks=(TbPlacement(1, 0, 517),)))
