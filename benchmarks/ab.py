@@ -17,8 +17,8 @@ should not move them).
 A case is ``collective:gpus:size:threadblocks_per_peer:packet_bytes[:windowed|:one-queue]``
 (direct plan, UA, nuna-4die), for example ``allgather:64:1MiB:1:256:windowed``; without the last
 part each side replays as its own default (windowed from 16 GPUs since nuna 0.5.0, only with
-packets under 32 KiB since 0.7.0, one queue before 0.5.0), so name the mode when the base predates 0.5.0. This is not a ``bench_*``
-file: ``benchmarks/run.py`` does not run it.
+packets under 32 KiB since 0.7.0, one queue before 0.5.0), so name the mode when the base
+predates 0.5.0. This is not a ``bench_*`` file: ``benchmarks/run.py`` does not run it.
 """
 
 from __future__ import annotations

@@ -46,7 +46,8 @@ def figure(
                                          "one event queue per GPU, or with one queue for the pod, into a "
                                          "sweep of its own (fig9-windowed, fig9-one-queue). Default: "
                                          "windowed from 16 GPUs with packets under 32 KiB (equal-time "
-                                         "events of different GPUs in GPU order; faster there).", show_default=False),
+                                         "events of different GPUs in GPU order; faster there).",
+                                         show_default=False),
     max_packet_bytes: str | None = typer.Option(None, "--max-packet-bytes", help="Cap the packets that "
                                                 "packet_bytes = 'auto' picks (e.g. 1KiB: none coarse; "
                                                 "slower at large sizes), into a sweep of its own "
