@@ -99,8 +99,9 @@ class Point:
     ``False`` with one queue for the pod, ``None`` as the simulator chooses (``nuna.sim.SimOptions``:
     windowed from 16 GPUs with packets under 32 KiB): the same model, equal-time events of
     different GPUs in GPU order or in insertion order, so a set choice is a point of its own.
-    ``max_packet_bytes`` caps the packets ``"auto"`` picks (``None``: the simulator's cap). ``fast_forward`` skips the middle
-    of steady states (``nuna.sim.fastforward``: a statistical shortcut, so a point of its own).
+    ``max_packet_bytes`` caps the packets ``"auto"`` picks (``None``: the simulator's cap).
+    ``fast_forward`` skips the middle of steady states (``nuna.sim.fastforward``: a statistical
+    shortcut, so a point of its own).
     """
 
     collective: str
