@@ -70,10 +70,7 @@ def run_pipeline(plan: Plan, passes: Sequence[PlanPass], ctx: PassContext, *,
         verify_plan(plan)
     for p in passes:
         out = p.run(plan, ctx)
-        if not _same_program(plan, out):
-            raise PassError(f"pass {p.name!r} changed the plan's program, not just its placement")
-        if check:
-            verify_plan(out)
+        _check_output(plan, out, f"pass {p.name!r}", check)
         if observe is not None:
             observe(p, out)
         plan = out
@@ -86,10 +83,15 @@ def check_placed(plan: Plan, placed: Plan, ctx: PassContext, label: str) -> Plan
     placed it in the error)."""
     chunk_bytes_for(plan, ctx.size_bytes)
     verify_plan(plan)
-    if not _same_program(plan, placed):
-        raise PassError(f"{label} changed the plan's program, not just its placement")
-    verify_plan(placed)
+    _check_output(plan, placed, label, True)
     return placed
+
+
+def _check_output(before: Plan, after: Plan, label: str, verify_after: bool) -> None:
+    if not _same_program(before, after):
+        raise PassError(f"{label} changed the plan's program, not just its placement")
+    if verify_after:
+        verify_plan(after)
 
 
 def _same_program(a: Plan, b: Plan) -> bool:

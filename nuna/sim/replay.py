@@ -82,8 +82,8 @@ class SimOptions:
 WINDOWED_FROM_GPUS = 16
 
 #: ... with packets smaller than this: coarser ones replay faster with one queue (docs/simulator.md
-#: §6, Fig 9 points at 16-64 GPUs, windowed / one-queue CPU time: 32-64 KiB packets 1.06-1.35 in
-#: 9 of 10 cases, 0.80-0.90 in one; 512 B-16 KiB 0.53-1.00)
+#: §6, Fig 9 points at 16-64 GPUs, windowed / one-queue CPU time in alternating pairs: 32-64 KiB
+#: packets 1.06-1.36 at 7 of 8 points, 0.80-0.90 at one; 512 B-16 KiB 0.53-1.01)
 WINDOWED_BELOW_PACKET_BYTES = 32 * 1024
 
 
