@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from nuna.errors import UsageError
@@ -106,12 +106,14 @@ def parse_granularity(text: str | None) -> Granularity:
 class GranularityChoice:
     """How a configuration's granularity was chosen: ``method`` is ``given``, ``heuristic`` or
     ``auto``; ``estimates`` (heuristic) or ``simulated_ns`` (auto, ``(G, time_ns)``) per
-    candidate."""
+    candidate; ``placed`` (heuristic) the plan as the configuration placed it at the chosen
+    ``G`` to estimate it, not yet checked (:func:`apply_config` checks and returns it)."""
 
     granularity: int | None
     method: str
     estimates: tuple[GranularityEstimate, ...] = ()
     simulated_ns: tuple[tuple[int, float], ...] = ()
+    placed: Plan | None = field(default=None, compare=False, repr=False)
 
 
 def _place(plan: Plan, cfg: Config, ctx: PassContext, g: int | None, observe: Observer | None,
@@ -147,21 +149,12 @@ def _placer(plan: Plan, cfg: Config, ctx: PassContext) -> Callable[[int], Plan]:
     return lambda g: NarPass(g).run(placed, ctx)
 
 
-def _keeping(place: Callable[[int], Plan], placed: dict[int, Plan]) -> Callable[[int], Plan]:
-    def keep(g: int) -> Plan:
-        placed[g] = place(g)
-        return placed[g]
-
-    return keep
-
-
 def choose_granularity(plan: Plan, name: str, ctx: PassContext, requested: Granularity = None, *,
-                       seed: int = 0, placed: dict[int, Plan] | None = None) -> GranularityChoice:
+                       seed: int = 0) -> GranularityChoice:
     """Resolve ``requested`` for configuration ``name``: ``None`` for configurations without NAR;
     an integer is checked; ``None`` runs the size-threshold heuristic
     (:func:`nuna.passes.nar.estimate_granularity`); ``"auto"`` simulates every valid granularity
-    with :func:`nuna.sim.simulate` and keeps the fastest (ties: the coarser). ``placed``, when
-    given, receives the heuristic's placed plan of every candidate ``G`` (unchecked)."""
+    with :func:`nuna.sim.simulate` and keeps the fastest (ties: the coarser)."""
     cfg = get_config(name)
     spec = ctx.topology
     if not cfg.nar:
@@ -172,11 +165,15 @@ def choose_granularity(plan: Plan, name: str, ctx: PassContext, requested: Granu
     if isinstance(requested, int) and not isinstance(requested, bool):
         return GranularityChoice(check_granularity(spec, requested), "given")
     if requested is None:
-        place = _placer(plan, cfg, ctx)
-        if placed is not None:
-            place = _keeping(place, placed)
+        placer = _placer(plan, cfg, ctx)
+        placed: dict[int, Plan] = {}
+
+        def place(g: int) -> Plan:
+            placed[g] = placer(g)
+            return placed[g]
+
         g, est = estimate_granularity(plan, spec, ctx.size_bytes, place)
-        return GranularityChoice(g, "heuristic", estimates=est)
+        return GranularityChoice(g, "heuristic", estimates=est, placed=placed.get(g))
     if requested != "auto":
         raise UsageError(f"invalid NAR granularity {requested!r}: expected an integer or 'auto'")
     from nuna.sim.replay import simulate  # the simulator is only needed for 'auto'
@@ -198,16 +195,14 @@ def apply_config(plan: Plan, name: str, ctx: PassContext, nar_granularity: Granu
     The result records ``config`` and ``size_bytes`` in its placement and verifies.
     """
     cfg = get_config(name)
-    placed: dict[int, Plan] = {}
-    choice = choose_granularity(plan, cfg.name, ctx, nar_granularity, seed=seed, placed=placed)
-    g = choice.granularity
-    if observe is None and g is not None and g in placed:
+    choice = choose_granularity(plan, cfg.name, ctx, nar_granularity, seed=seed)
+    if observe is None and choice.placed is not None:
         # the heuristic has placed the plan at G already, as the pipeline would (tested): check
         # that plan as the pipeline checks its own instead of placing it again (NUMA+NAR and
         # NAP+NAR at 64 GPUs: seconds per point)
-        out = check_placed(plan, placed[g], ctx, cfg.name)
+        out = check_placed(plan, choice.placed, ctx, cfg.name)
         return dataclasses.replace(out, placement=dataclasses.replace(out.placement, config=cfg.name))
-    return _place(plan, cfg, ctx, g, observe, True)
+    return _place(plan, cfg, ctx, choice.granularity, observe, True)
 
 
 def config_names(text: str | Sequence[str]) -> tuple[str, ...]:
