@@ -14,9 +14,10 @@ from hypothesis import strategies as st
 from nuna.errors import PassError, PlanError
 from nuna.passes import CONFIGS, PASSES, NapPass, NarPass, PassContext, apply_config, run_pipeline
 from nuna.passes.access import decompose
+from nuna.passes.base import replace_placement
 from nuna.passes.nap import nap_placement
 from nuna.plan.generate import generate
-from nuna.plan.ir import Buffer, Plan
+from nuna.plan.ir import Buffer, Plan, TbPlacement
 from nuna.plan.verify import chunk_bytes_for, verify
 from nuna.plan.xml import dump, loads
 from nuna.topology.address import nar_domain_stacks, nar_granularities
@@ -69,6 +70,18 @@ def test_pipeline_rejects_a_bad_input_and_a_bad_pass(spec: TopologySpec) -> None
 
     with pytest.raises(PassError, match="meddler"):
         run_pipeline(plan, [Meddler()], ctx)  # type: ignore[list-item]
+
+    @dataclasses.dataclass(frozen=True)
+    class Misplacer:
+        name = "misplacer"
+
+        def run(self, plan: Plan, ctx: PassContext) -> Plan:
+            return replace_placement(plan, ctx, threadblocks=(TbPlacement(0, 99, 0),))
+
+    # the program is unchanged, so only the placement is checked again: and it is wrong
+    with pytest.raises(PlanError, match="gpu 0 tb 99 does not exist"):
+        run_pipeline(plan, [Misplacer()], ctx)  # type: ignore[list-item]
+    assert run_pipeline(plan, [Misplacer()], ctx, check=False).placement.threadblocks[0].tb == 99  # type: ignore[list-item]
 
 
 def test_bad_options(spec: TopologySpec) -> None:

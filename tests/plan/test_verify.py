@@ -12,7 +12,15 @@ import pytest
 
 from nuna.errors import PlanError, UsageError
 from nuna.plan.ir import Buffer, ChunkPlacement, Placement, Plan, Step, StepType, TbPlacement
-from nuna.plan.verify import MAX_ERRORS, Report, chunk_bytes_for, size_fit, summarize, verify
+from nuna.plan.verify import (
+    MAX_ERRORS,
+    Report,
+    chunk_bytes_for,
+    size_fit,
+    summarize,
+    verify,
+    verify_placement,
+)
 from nuna.plan.xml import dump, load, loads_with_source
 
 REPO = Path(__file__).resolve().parents[2]
@@ -119,6 +127,24 @@ def _nth_step_line(path: Path, g: int, t: int, s: int) -> int:
 def test_each_mistake_gives_one_error(edit, expected: str) -> None:
     report = structural(edit(load(SCRATCH)))
     assert expected in only_error(report)
+
+
+@pytest.mark.parametrize("placement", [
+    Placement(chunks=(ChunkPlacement(0, Buffer.SCRATCH, 3, 0),)),
+    Placement(threadblocks=(TbPlacement(1, 9, 0),)),
+    Placement(threadblocks=(TbPlacement(0, 1, 2), TbPlacement(0, 1, 3))),
+    Placement(threadblocks=(TbPlacement(0, 0, -1),), nar_granularity=0),
+    Placement(chunks=(ChunkPlacement(0, Buffer.OUTPUT, 0, 3), ChunkPlacement(0, Buffer.OUTPUT, 0, 3),
+                      ChunkPlacement(7, Buffer.INPUT, 0, 0))),
+    Placement(threadblocks=(TbPlacement(0, 1, 5), TbPlacement(0, 0, 4)),
+              chunks=(ChunkPlacement(0, Buffer.OUTPUT, 0, 1),)),
+])
+def test_placement_check_alone_finds_what_the_whole_check_finds(placement: Placement) -> None:
+    # passes check their output this way: their input's program verified and is unchanged
+    plan = replace(load(SCRATCH), placement=placement)
+    whole, alone = verify(plan), verify_placement(plan)
+    assert alone.errors == whole.errors
+    assert alone.warnings == whole.warnings
 
 
 def _drop_step(plan: Plan, g: int, t: int, s: int) -> Plan:
