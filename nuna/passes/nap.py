@@ -163,7 +163,9 @@ class FirstFit:
 
     def __init__(self, budget: int) -> None:
         self.budget = budget
-        self.load: dict[tuple[int, int], int] = {}
+        # per GPU, resource -> load: a dict per GPU, as keying one dict by (gpu, resource) built
+        # a tuple per candidate looked at (the NAR heuristic places a plan at every G)
+        self._load: dict[int, dict[int, int]] = {}
         # first class that may still have room, per (gpu, candidate list name); loads only
         # grow, so a class whose every member is full stays full and later scans can skip it
         self._start: dict[tuple[int, int], int] = {}
@@ -174,7 +176,9 @@ class FirstFit:
         fitted and, when it did not, the least load among the candidates before the charge."""
         key = (gpu, order_key)
         start = self._start.get(key, 0)
-        while start < len(classes) and all(self.load.get((gpu, r), 0) >= self.budget for r in classes[start]):
+        load = self._gpu_load(gpu)
+        budget = self.budget
+        while start < len(classes) and all(load.get(r, 0) >= budget for r in classes[start]):
             start += 1
         self._start[key] = start
         return self._fit(gpu, classes[start:], demand) or self._oversubscribe(gpu, classes, demand)
@@ -188,36 +192,45 @@ class FirstFit:
 
     def _fit(self, gpu: int, classes: Classes, demand: int) -> tuple[int, bool, int] | None:
         """The least-loaded candidate that fits in the first class that has one, charged."""
-        load = self.load
+        load = self._gpu_load(gpu)
+        budget = self.budget
         for cls in classes:
             best = -1
-            best_load = self.budget + 1
+            best_load = budget + 1
             for r in cls:
-                have = load.get((gpu, r), 0)
-                if have + demand <= self.budget and have < best_load:
+                have = load.get(r, 0)
+                if have + demand <= budget and have < best_load:
                     best, best_load = r, have
                     if have == 0:
                         break  # a free candidate: nothing in the class is less loaded
             if best >= 0:
-                load[(gpu, best)] = best_load + demand
+                load[best] = best_load + demand
                 return best, True, best_load
         return None
 
     def _oversubscribe(self, gpu: int, classes: Classes, demand: int) -> tuple[int, bool, int]:
         """No candidate fits: the least-loaded one takes it, the earliest (nearest) among equals."""
-        load = self.load
-        chosen = min((r for cls in classes for r in cls), key=lambda r: load.get((gpu, r), 0))
-        least = load.get((gpu, chosen), 0)
-        load[(gpu, chosen)] = least + demand
+        load = self._gpu_load(gpu)
+        chosen = min((r for cls in classes for r in cls), key=lambda r: load.get(r, 0))
+        least = load.get(chosen, 0)
+        load[chosen] = least + demand
         return chosen, False, least
 
     def charge(self, gpu: int, resource: int, amount: int) -> None:
         """Add ``amount`` to a resource without a placement decision (a further access)."""
         if amount:
-            self.load[(gpu, resource)] = self.load.get((gpu, resource), 0) + amount
+            load = self._gpu_load(gpu)
+            load[resource] = load.get(resource, 0) + amount
 
     def loads(self) -> tuple[tuple[int, int, int], ...]:
-        return tuple((g, r, v) for (g, r), v in sorted(self.load.items()))
+        """``(gpu, resource, load)`` of every resource charged, sorted."""
+        return tuple(sorted((g, r, v) for g, load in self._load.items() for r, v in load.items()))
+
+    def _gpu_load(self, gpu: int) -> dict[int, int]:
+        load = self._load.get(gpu)
+        if load is None:
+            load = self._load[gpu] = {}
+        return load
 
 
 def spread_classes(spec: TopologySpec, *keys_ns: npt.NDArray[np.float64]) -> Classes:
