@@ -14,8 +14,8 @@ import typer
 
 from nuna.cli.common import parse_size_option, write_json
 from nuna.fsutil import write_atomic
-from nuna.passes import PassContext, PlanPass, apply_config, get_config
-from nuna.passes.configs import choose_granularity, config_names, parse_granularity
+from nuna.passes import PassContext, PlanPass, get_config
+from nuna.passes.configs import apply_choice, choose_granularity, config_names, parse_granularity
 from nuna.plan.ir import Plan
 from nuna.plan.xml import dump, load
 from nuna.topology.spec import DEFAULT_TOPOLOGY, load_topology
@@ -68,8 +68,7 @@ def register(app: typer.Typer) -> None:
                   f"chunks={len(pl.chunks)}", file=sys.stderr)
 
         choice = choose_granularity(plan, cfg.name, ctx, granularity)
-        out = apply_config(plan, cfg.name, ctx, choice.granularity,
-                           observe=observe if print_between else None)
+        out = apply_choice(plan, cfg.name, ctx, choice, observe=observe if print_between else None)
         write_atomic(output, dump(out))
         pl = out.placement
         g = "" if choice.granularity is None else f", NAR granularity {choice.granularity} ({choice.method})"

@@ -194,8 +194,16 @@ def apply_config(plan: Plan, name: str, ctx: PassContext, nar_granularity: Granu
     an integer ``G``, or ``"auto"`` (simulate every candidate; ``seed`` goes to the simulator).
     The result records ``config`` and ``size_bytes`` in its placement and verifies.
     """
+    choice = choose_granularity(plan, name, ctx, nar_granularity, seed=seed)
+    return apply_choice(plan, name, ctx, choice, observe=observe)
+
+
+def apply_choice(plan: Plan, name: str, ctx: PassContext, choice: GranularityChoice, *,
+                 observe: Observer | None = None) -> Plan:
+    """:func:`apply_config` with the granularity ``choice`` already made by
+    :func:`choose_granularity` for the same plan, configuration and context (for callers that
+    report the choice: the heuristic's placed plan is then not placed again)."""
     cfg = get_config(name)
-    choice = choose_granularity(plan, cfg.name, ctx, nar_granularity, seed=seed)
     if observe is None and choice.placed is not None:
         # the heuristic has placed the plan at G already, as the pipeline would (tested): check
         # that plan as the pipeline checks its own instead of placing it again (NUMA+NAR and

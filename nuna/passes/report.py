@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 
 from nuna.errors import UsageError
 from nuna.passes.base import PassContext
-from nuna.passes.configs import Granularity, apply_config, choose_granularity, get_config
+from nuna.passes.configs import Granularity, apply_choice, choose_granularity, get_config
 from nuna.passes.nap import finest_granularity
 from nuna.plan.dag import build_dag, flatten
 from nuna.plan.generate import generate
@@ -132,7 +132,7 @@ def compare(plan: Plan, spec: TopologySpec, size_bytes: int, configs: Sequence[s
     for name in configs:
         cfg = get_config(name)
         choice = choose_granularity(plan, cfg.name, ctx, nar_granularity if cfg.nar else None, seed=seed)
-        placed = apply_config(plan, cfg.name, ctx, choice.granularity, seed=seed)
+        placed = apply_choice(plan, cfg.name, ctx, choice)
         result = simulate(placed, spec, size_bytes, seed=seed, packet_bytes=packet_bytes)
         cus = threadblock_cus(placed, spec, flat)
         pages = memory_layout(placed, spec, size_bytes, flat, dag.match_send).page_stack

@@ -15,6 +15,7 @@ from nuna.errors import PassError, PlanError
 from nuna.passes import CONFIGS, PASSES, NapPass, NarPass, PassContext, apply_config, run_pipeline
 from nuna.passes.access import decompose
 from nuna.passes.base import replace_placement
+from nuna.passes.configs import apply_choice, choose_granularity
 from nuna.passes.nap import nap_placement
 from nuna.plan.generate import generate
 from nuna.plan.ir import Buffer, Plan, TbPlacement
@@ -215,6 +216,25 @@ def test_apply_config_keeps_the_heuristics_plan_only_when_it_is_the_pipelines(
     assert seen
     assert apply_config(plan, config, ctx) == piped
     assert piped.placement.config == config
+
+
+@pytest.mark.parametrize("config", ["UA", "NAP+NAR", "NUMA+NAR", "UA+NAR"])
+def test_apply_choice_places_once_and_gives_apply_configs_plan(
+        spec: TopologySpec, config: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # nuna rewrite / diff / demo choose G, report it, then apply that choice: the heuristic's
+    # placements are not made again
+    import nuna.passes.configs as configs
+
+    plan = generate("allgather", 4, tbs_per_peer=2)
+    ctx = PassContext(spec, _size(plan, 100_000))
+    expected = apply_config(plan, config, ctx)
+    choice = choose_granularity(plan, config, ctx)
+    calls: list[int | None] = []
+    real = configs._place
+    monkeypatch.setattr(configs, "_place", lambda *a, **k: calls.append(a[3]) or real(*a, **k))
+    assert apply_choice(plan, config, ctx, choice) == expected
+    assert calls == ([] if choice.placed is not None else [choice.granularity])
+    assert (choice.placed is not None) == config.endswith("+NAR")
 
 
 def test_apply_config_checks_the_kept_plan(spec: TopologySpec, monkeypatch: pytest.MonkeyPatch) -> None:
