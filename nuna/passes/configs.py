@@ -107,7 +107,7 @@ class GranularityChoice:
     """How a configuration's granularity was chosen: ``method`` is ``given``, ``heuristic`` or
     ``auto``; ``estimates`` (heuristic) or ``simulated_ns`` (auto, ``(G, time_ns)``) per
     candidate; ``placed`` (heuristic) the plan as the configuration placed it at the chosen
-    ``G`` to estimate it, not yet checked (:func:`apply_config` checks and returns it)."""
+    ``G`` to estimate it, not yet checked (:func:`apply_choice` checks and returns it)."""
 
     granularity: int | None
     method: str

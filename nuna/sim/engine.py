@@ -1281,12 +1281,14 @@ def build_jobs(n_bytes: I8, n_gpu: I4, n_peer: I4, n_addr: I8, page_base: I8, pa
     ``n_peer[n]``; -1 = none); ``n_domain[n]`` the NAR domain its remote stores use (-1: the
     one owning each line's destination stack)."""
     nn = n_bytes.shape[0]
-    # shifts and masks instead of divisions by a variable (the hash granule is a power of two,
-    # nuna.topology.spec checks it; so is ``cap``): 3.0 -> 2.5 s and 7.8 -> 6.8 s for two of
-    # Fig 9's 64-GPU 1 GiB points, the same jobs
+    # shifts and masks instead of divisions by a variable (the hash granule divides the page,
+    # which nuna.topology.spec requires to be a power of two, so it is one; so is ``cap``):
+    # 3.0 -> 2.5 s and 7.8 -> 6.8 s for two of Fig 9's 64-GPU 1 GiB points, the same jobs
     hash_shift = 0
     while (1 << hash_shift) < hash_bytes:
         hash_shift += 1
+    if (1 << hash_shift) != hash_bytes:
+        raise ValueError("the address hash granule must be a power of two")
     j_bytes = np.zeros(max(1, capacity), np.int64)
     j_cls = np.full((max(1, capacity), 5), -1, np.int16)
     cap = 1 << 18
