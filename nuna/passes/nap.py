@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import heapq
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -169,55 +170,102 @@ class FirstFit:
         # first class that may still have room, per (gpu, candidate list name); loads only
         # grow, so a class whose every member is full stays full and later scans can skip it
         self._start: dict[tuple[int, int], int] = {}
+        # (load, position, resource) heaps: per (gpu, list name, class) for the classes of more
+        # than _SCAN candidates, per (gpu, list name, -1) over the whole list for _least
+        self._heaps: dict[tuple[int, int, int], list[tuple[int, int, int]]] = {}
+
+    #: A class of at most this many candidates is scanned; a larger one has a heap. Classes of
+    #: CUs hold 7-42 CUs on nuna-4die, stack orders are singletons.
+    _SCAN = 4
 
     def take(self, gpu: int, classes: Classes, demand: int, order_key: int) -> tuple[int, bool, int]:
         """Choose a resource for ``demand`` among ``classes`` (named ``order_key``: the same key
         must always come with the same classes) and charge it; returns the resource, whether it
         fitted and, when it did not, the least load among the candidates before the charge."""
         key = (gpu, order_key)
-        start = self._start.get(key, 0)
         load = self._gpu_load(gpu)
         budget = self.budget
-        while start < len(classes) and all(load.get(r, 0) >= budget for r in classes[start]):
-            start += 1
-        self._start[key] = start
-        return self._fit(gpu, classes[start:], demand) or self._oversubscribe(gpu, classes, demand)
+        start = self._start.get(key, 0)
+        leading = True  # still in the run of full classes the scan starts with
+        for i in range(start, len(classes)):
+            cls = classes[i]
+            if len(cls) > self._SCAN:
+                heap = self._heap((gpu, order_key, i), load, cls)
+                least, pos, best = heap[0]
+            else:  # the same choice as the heap's, by a scan
+                least, pos, best = budget + 1, -1, -1
+                for j, r in enumerate(cls):
+                    have = load.get(r, 0)
+                    if have < least:
+                        least, pos, best = have, j, r
+                        if have == 0:
+                            break
+            # the least-loaded candidate fits if any does; it is the full class's test too
+            if leading:
+                if least >= budget:
+                    start = i + 1
+                    continue
+                leading = False
+                self._start[key] = start
+            if least + demand <= budget:
+                load[best] = least + demand
+                if len(cls) > self._SCAN:
+                    heapq.heapreplace(heap, (least + demand, pos, best))
+                return best, True, least
+        if leading:
+            self._start[key] = start
+        return self._least((gpu, order_key, -1), load, tuple(r for c in classes for r in c), demand)
 
     def take_other(self, gpu: int, classes: Classes, demand: int,
                    taken: tuple[int, ...]) -> tuple[int, bool, int]:
         """:meth:`take` among the candidates not in ``taken`` (the further stacks of a chunk
         spread over several)."""
         rest = tuple(c for c in (tuple(r for r in cls if r not in taken) for cls in classes) if c)
-        return self._fit(gpu, rest, demand) or self._oversubscribe(gpu, rest, demand)
-
-    def _fit(self, gpu: int, classes: Classes, demand: int) -> tuple[int, bool, int] | None:
-        """The least-loaded candidate that fits in the first class that has one, charged."""
         load = self._gpu_load(gpu)
         budget = self.budget
-        for cls in classes:
-            best = -1
-            best_load = budget + 1
-            for r in cls:
-                have = load.get(r, 0)
-                if have + demand <= budget and have < best_load:
-                    best, best_load = r, have
-                    if have == 0:
-                        break  # a free candidate: nothing in the class is less loaded
-            if best >= 0:
-                load[best] = best_load + demand
-                return best, True, best_load
-        return None
-
-    def _oversubscribe(self, gpu: int, classes: Classes, demand: int) -> tuple[int, bool, int]:
-        """No candidate fits: the least-loaded one takes it, the earliest (nearest) among equals."""
-        load = self._gpu_load(gpu)
-        chosen = min((r for cls in classes for r in cls), key=lambda r: load.get(r, 0))
+        for cls in rest:  # the least-loaded candidate of a class fits if any does
+            least, _, best = min((load.get(r, 0), j, r) for j, r in enumerate(cls))
+            if least + demand <= budget:
+                load[best] = least + demand
+                return best, True, least
+        chosen = min((r for cls in rest for r in cls), key=lambda r: load.get(r, 0))
         least = load.get(chosen, 0)
         load[chosen] = least + demand
         return chosen, False, least
 
+    def _heap(self, key: tuple[int, int, int], load: dict[int, int], candidates: tuple[int, ...]
+              ) -> list[tuple[int, int, int]]:
+        """The ``(load, position, resource)`` heap of ``candidates`` named ``key``, its top
+        brought up to date. Loads only grow (:meth:`charge`), so an entry is stale only by being
+        too low: refreshed as it reaches the top, the top is the least load, the earliest
+        position among equals, exactly what a scan in order picks."""
+        heap = self._heaps.get(key)
+        if heap is None:
+            heap = [(load.get(r, 0), j, r) for j, r in enumerate(candidates)]
+            heapq.heapify(heap)
+            self._heaps[key] = heap
+        while True:
+            least, j, r = heap[0]
+            now = load.get(r, 0)
+            if now == least:
+                return heap
+            heapq.heapreplace(heap, (now, j, r))
+
+    def _least(self, key: tuple[int, int, int], load: dict[int, int], candidates: tuple[int, ...],
+               demand: int) -> tuple[int, bool, int]:
+        """No candidate fits: the least-loaded one takes it, the earliest (nearest) among equals
+        (oversubscribed GPUs, many threadblocks per peer, come here for most of their
+        threadblocks: a heap, where a scan of every CU each time was most of a placement's cost)."""
+        heap = self._heap(key, load, candidates)
+        least, j, r = heap[0]
+        load[r] = least + demand
+        heapq.heapreplace(heap, (least + demand, j, r))
+        return r, False, least
+
     def charge(self, gpu: int, resource: int, amount: int) -> None:
         """Add ``amount`` to a resource without a placement decision (a further access)."""
+        if amount < 0:
+            raise ValueError("a load only grows (the heaps of _least rely on it)")
         if amount:
             load = self._gpu_load(gpu)
             load[resource] = load.get(resource, 0) + amount
@@ -353,8 +401,8 @@ def physical_placement(groups: Sequence[LogicalGroup], nar_max: int, spec: Topol
                     order_key = nar_max + cu * nar_max + nar
                 else:  # remote: near the same port ordinals on the peer
                     order, order_key = port_stacks, nar
-                k = min(-(-accesses[chunk] * c_demand // stacks.budget), chunk_pages,
-                        sum(len(cls) for cls in order))
+                # stack orders are singletons: one candidate per class
+                k = min(-(-accesses[chunk] * c_demand // stacks.budget), chunk_pages, len(order))
                 share = -(-c_demand // k)
                 stack, fitted, least = stacks.take(chunk.gpu, order, share, order_key)
                 if not fitted:

@@ -179,3 +179,71 @@ def test_every_granularity_places_every_threadblock(spec: TopologySpec) -> None:
     for g in nar_granularities(spec):
         r = nap_placement(plan, spec, plan.nchunksperloop * 5000, g)
         assert len(r.threadblocks) == sum(len(x.threadblocks) for x in plan.gpus)
+
+
+def _classes(draw: st.DrawFn, n: int) -> tuple[tuple[int, ...], ...]:
+    members = draw(st.permutations(range(n)))[:draw(st.integers(1, n))]
+    cuts = sorted(draw(st.sets(st.integers(1, len(members) - 1), max_size=len(members) - 1))) \
+        if len(members) > 1 else []
+    return tuple(tuple(members[a:b]) for a, b in pairwise([0, *cuts, len(members)]))
+
+
+@st.composite
+def _mixed(draw: st.DrawFn) -> tuple[int, list[tuple[tuple[int, ...], ...]], list[tuple[object, ...]]]:
+    n = draw(st.integers(1, 14))
+    lists = [_classes(draw, n) for _ in range(draw(st.integers(1, 3)))]
+    op = st.one_of(
+        st.tuples(st.just("take"), st.integers(0, len(lists) - 1), st.integers(0, 1), st.integers(0, 9)),
+        st.tuples(st.just("other"), st.integers(0, len(lists) - 1), st.integers(0, 1), st.integers(0, 9),
+                  st.sets(st.integers(0, n - 1), max_size=3)),
+        st.tuples(st.just("charge"), st.integers(0, 1), st.integers(0, n - 1), st.integers(0, 9)))
+    return draw(st.integers(1, 20)), lists, draw(st.lists(op, min_size=1, max_size=60))
+
+
+def _least_first(load: dict[int, int], classes: tuple[tuple[int, ...], ...]) -> tuple[int, int]:
+    """(resource, load) of the least-loaded candidate, the earliest among equals."""
+    flat = [r for cls in classes for r in cls]
+    low = min(load.get(r, 0) for r in flat)
+    return next(r for r in flat if load.get(r, 0) == low), low
+
+
+@settings(max_examples=300, deadline=None)
+@given(_mixed())
+def test_first_fit_with_shared_resources_and_charges_chooses_as_specified(
+        case: tuple[int, list[tuple[tuple[int, ...], ...]], list[tuple[object, ...]]]) -> None:
+    # several candidate lists over the same resources of a GPU (a domain's CU classes, the
+    # stack orders), charges between choices and spread takes: FirstFit keeps heaps and a
+    # first-class pointer per list, which must never make it choose other than the rule
+    budget, lists, ops = case
+    ff = FirstFit(budget)
+    loads: dict[int, dict[int, int]] = {0: {}, 1: {}}
+    for op in ops:
+        if op[0] == "charge":
+            _, gpu, r, amount = op
+            ff.charge(gpu, r, amount)
+            if amount:  # a zero charge records nothing
+                loads[gpu][r] = loads[gpu].get(r, 0) + amount
+            continue
+        kind, which, gpu, d = op[:4]
+        load = loads[gpu]
+        classes = lists[which]
+        if kind == "take":
+            got = ff.take(gpu, classes, d, which)
+            # a class has room when a candidate is below the budget and fits the demand
+            room = [cls for cls in classes if any(load.get(r, 0) < budget for r in cls)]
+            fitting = [cls for cls in room if min(load.get(r, 0) for r in cls) + d <= budget]
+        else:
+            taken = tuple(op[4])
+            classes = tuple(c for c in (tuple(r for r in cls if r not in taken) for cls in classes) if c)
+            if not classes:
+                continue
+            got = ff.take_other(gpu, classes, d, taken)
+            fitting = [cls for cls in classes if min(load.get(r, 0) for r in cls) + d <= budget]
+        if fitting:
+            r, low = _least_first(load, fitting[:1])
+            assert got == (r, True, low)
+        else:
+            r, low = _least_first(load, classes)
+            assert got == (r, False, low)
+        load[r] = low + d
+    assert ff.loads() == tuple(sorted((g, r, v) for g, load in loads.items() for r, v in load.items()))
