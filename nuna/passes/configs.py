@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from nuna.errors import UsageError
-from nuna.passes.access import decompose
+from nuna.passes.access import TbAccess, decompose, remote_stores, workload
 from nuna.passes.base import Observer, PassContext, PlanPass, check_placed, run_pipeline
 from nuna.passes.logical import logical_allocation
 from nuna.passes.nap import NapPass, NapStarPass, annotate, physical_placement
@@ -122,13 +122,14 @@ def _place(plan: Plan, cfg: Config, ctx: PassContext, g: int | None, observe: Ob
     return dataclasses.replace(out, placement=dataclasses.replace(out.placement, config=cfg.name))
 
 
-def _placer(plan: Plan, cfg: Config, ctx: PassContext) -> Callable[[int], Plan]:
+def _placer(plan: Plan, cfg: Config, ctx: PassContext,
+            accesses: tuple[TbAccess, ...] | None = None) -> Callable[[int], Plan]:
     """``G -> plan placed by cfg at G``, computing what does not depend on ``G`` once: the
     logical groups for NAP/NAP*, the whole placement for UA (it ignores domains; NUMA does not:
     its pages are in the NAR segment of ``G``). Gives the same plans as the configuration's
-    pipeline (tested)."""
+    pipeline (tested). ``accesses``: ``decompose(plan)`` when the caller already has it."""
     if cfg.placement in ("nap", "nap*"):
-        groups = logical_allocation(decompose(plan))
+        groups = logical_allocation(decompose(plan) if accesses is None else accesses)
         chunk_bytes = chunk_bytes_for(plan, ctx.size_bytes)
 
         def place_nap(g: int) -> Plan:
@@ -139,10 +140,11 @@ def _placer(plan: Plan, cfg: Config, ctx: PassContext) -> Callable[[int], Plan]:
 
         return place_nap
     if cfg.placement == "numa":
-        accesses = decompose(plan)  # NAR changes the placement only, not what decompose reads
+        # NAR changes the placement only, not what decompose reads
+        numa_accesses = decompose(plan) if accesses is None else accesses
 
         def place_numa(g: int) -> Plan:
-            return NumaPass().place(NarPass(g).run(plan, ctx), ctx, accesses)
+            return NumaPass().place(NarPass(g).run(plan, ctx), ctx, numa_accesses)
 
         return place_numa
     placed = cfg.placement_pass().run(plan, ctx)
@@ -165,14 +167,18 @@ def choose_granularity(plan: Plan, name: str, ctx: PassContext, requested: Granu
     if isinstance(requested, int) and not isinstance(requested, bool):
         return GranularityChoice(check_granularity(spec, requested), "given")
     if requested is None:
-        placer = _placer(plan, cfg, ctx)
+        if cfg.placement in ("nap", "nap*", "numa"):
+            accesses, stores = workload(plan)  # one walk of the DAG for both
+            placer = _placer(plan, cfg, ctx, accesses)
+        else:
+            placer, stores = _placer(plan, cfg, ctx), remote_stores(plan)
         placed: dict[int, Plan] = {}
 
         def place(g: int) -> Plan:
             placed[g] = placer(g)
             return placed[g]
 
-        g, est = estimate_granularity(plan, spec, ctx.size_bytes, place)
+        g, est = estimate_granularity(plan, spec, ctx.size_bytes, place, stores=stores)
         return GranularityChoice(g, "heuristic", estimates=est, placed=placed.get(g))
     if requested != "auto":
         raise UsageError(f"invalid NAR granularity {requested!r}: expected an integer or 'auto'")

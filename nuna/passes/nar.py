@@ -37,11 +37,12 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
+import numpy.typing as npt
 
 from nuna.errors import PassError
 from nuna.passes.access import ChunkKey, RemoteStore, remote_stores
 from nuna.passes.base import PassContext, replace_placement
-from nuna.plan.ir import Plan
+from nuna.plan.ir import Buffer, Plan
 from nuna.plan.verify import chunk_bytes_for
 from nuna.topology.address import nar_domain_ports, nar_domain_stacks, nar_granularities, store_domains_by_cu
 from nuna.topology.geometry import chip_geometry
@@ -84,16 +85,69 @@ class GranularityEstimate:
         return self.latency_ns + self.serial_ns
 
 
+@dataclass(frozen=True, slots=True)
+class StoreRows:
+    """A plan's remote stores as the heuristic's model reads them, one row per chunk stored,
+    in :func:`remote_stores` order: what depends only on the program, computed once for every
+    candidate ``G`` (:func:`store_rows`). Threadblocks and chunks have integer ids here, so that
+    a candidate's placement is looked up once per threadblock and chunk, not once per store."""
+
+    tb_ids: dict[tuple[int, int], int]  # (gpu, tb) -> id
+    chunk_ids: dict[tuple[int, Buffer, int], int]  # a chunk (ChunkKey) stored into in place -> id
+    tb: npt.NDArray[np.int64]  # per row: the storing threadblock's id
+    chunk: npt.NDArray[np.int64]  # per row: the chunk's id, -1 for a receive buffer
+    src: npt.NDArray[np.int64]  # per row: the sending GPU's index in the plan
+    dst: npt.NDArray[np.int64]  # per row: the receiving GPU's index
+
+
+def store_rows(plan: Plan, stores: Sequence[RemoteStore] | None = None) -> StoreRows:
+    """:class:`StoreRows` of ``plan`` (``stores``: ``remote_stores(plan)`` when known)."""
+    gpu_index = {gp.id: i for i, gp in enumerate(plan.gpus)}
+    tb_ids: dict[tuple[int, int], int] = {}
+    chunk_ids: dict[tuple[int, Buffer, int], int] = {}
+    per_store: list[tuple[int, int, int]] = []
+    counts: list[int] = []
+    chunk: list[int] = []
+    for store in (remote_stores(plan) if stores is None else stores):
+        n = store.chunks
+        per_store.append((tb_ids.setdefault((store.gpu, store.tb), len(tb_ids)),
+                          gpu_index[store.gpu], gpu_index[store.peer]))
+        counts.append(n)
+        if store.target is None:
+            chunk.extend([-1] * n)
+        else:
+            first, buffer, gpu = store.target
+            chunk.extend(chunk_ids.setdefault(ChunkKey(first + k, buffer, gpu), len(chunk_ids))
+                         for k in range(n))
+    each = np.asarray(per_store, dtype=np.int64).reshape(-1, 3)
+    reps = np.asarray(counts, dtype=np.int64)
+    tb, src, dst = (np.repeat(each[:, i], reps) for i in range(3))
+    return StoreRows(tb_ids, chunk_ids, tb, np.asarray(chunk, dtype=np.int64), src, dst)
+
+
+def _sums_in_first_order(code: npt.NDArray[np.int64], weights: npt.NDArray[np.float64]
+                         ) -> tuple[list[int], list[float]]:
+    """Distinct ``code`` values in order of first occurrence, each with its weights summed in
+    row order: what accumulating a dict row by row gives, to the last bit (``np.bincount``
+    adds in input order), so the model's float sums do not depend on how they are computed."""
+    keys, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+    sums = np.bincount(inverse.reshape(-1), weights=weights, minlength=len(keys))
+    order = np.argsort(first, kind="stable")
+    return keys[order].tolist(), sums[order].tolist()
+
+
 def estimate(plan: Plan, spec: TopologySpec, size_bytes: int,
-             stores: Sequence[RemoteStore] | None = None) -> GranularityEstimate:
+             stores: Sequence[RemoteStore] | StoreRows | None = None) -> GranularityEstimate:
     """The model ``T = L + B/bw`` for ``plan`` as placed (its placement's NAR granularity,
     threadblock CUs and chunk stacks; see the module doc). ``stores``: ``remote_stores(plan)``
-    when the caller already has it (it depends only on the program, not on the placement)."""
+    or ``store_rows(plan)`` when the caller already has it (it depends only on the program,
+    not on the placement)."""
     chip = spec.chip
     geo = chip_geometry(chip)
     P, S, C = chip.io_ports, chip.hbm_stacks, chip.cus
     g = plan.placement.nar_granularity or 1
     chunk_bytes = chunk_bytes_for(plan, size_bytes)
+    rows = stores if isinstance(stores, StoreRows) else store_rows(plan, stores)
     # Row s: the port distribution of a store to stack s; row S: to a round-robin page (any stack).
     p_port = np.zeros((S + 1, P))
     for ports, stacks in zip(nar_domain_ports(spec, g), nar_domain_stacks(spec, g), strict=True):
@@ -117,43 +171,49 @@ def estimate(plan: Plan, spec: TopologySpec, size_bytes: int,
         p_cu[C] = p_cu[:C].mean(axis=0)
         stack_lat = np.hstack([port_stack, port_stack.mean(axis=1, keepdims=True)])  # (P, S + 1)
 
+    # the placement, by the rows' ids: a threadblock's CU (C: placed by the simulator, any CU),
+    # a chunk's stacks (a chunk NAP spread has its pages on each; none: round-robin, any stack)
     cu_of = {(t.gpu, t.tb): t.cu for t in plan.placement.threadblocks}
-    stacks_of: dict[ChunkKey, list[int]] = {}  # a chunk NAP spread has its pages on each
+    tb_cu = np.array([cu_of.get(key, C) for key in rows.tb_ids], dtype=np.int64)
+    tb_cu[(tb_cu < 0) | (tb_cu >= C)] = C
+    stacks_of: dict[int, list[int]] = {}
     for c in plan.placement.chunks:
-        stacks_of.setdefault(ChunkKey(c.chunk, c.buffer, c.gpu), []).append(c.stack)
-    gpu_index = {gp.id: i for i, gp in enumerate(plan.gpus)}
-    # chunk counts by what the model needs, then one evaluation per distinct key
-    by_cu_stack: dict[tuple[int, int], float] = {}
-    by_src: dict[tuple[int, int], float] = {}  # (GPU, stack or CU: what picks the port)
-    by_dst: dict[tuple[int, int], float] = {}
-    for store in (remote_stores(plan) if stores is None else stores):
-        cu = cu_of.get((store.gpu, store.tb), C)
-        cu = cu if 0 <= cu < C else C
-        src, dst = gpu_index[store.gpu], gpu_index[store.peer]
-        for k in range(store.chunks):
-            found = None if store.target is None else \
-                stacks_of.get(store.target._replace(chunk=store.target.chunk + k))
-            targets = [st if 0 <= st < S else S for st in found] if found else [S]
-            share = 1.0 / len(targets)  # a spread chunk's pages are dealt evenly over its stacks
-            for st in targets:
-                pick = cu if by_cu else st
-                by_cu_stack[(cu, st)] = by_cu_stack.get((cu, st), 0.0) + share
-                by_src[(src, pick)] = by_src.get((src, pick), 0.0) + share
-                by_dst[(dst, pick)] = by_dst.get((dst, pick), 0.0) + share
-    total = sum(by_cu_stack.values())
+        i = rows.chunk_ids.get((c.chunk, c.buffer, c.gpu))  # a plain tuple finds a ChunkKey
+        if i is not None:
+            stacks_of.setdefault(i, []).append(c.stack if 0 <= c.stack < S else S)
+    n_chunks = len(rows.chunk_ids)
+    per_chunk = [stacks_of.get(i, [S]) for i in range(n_chunks)] + [[S]]  # last: a receive buffer
+    n_targets = np.array([len(t) for t in per_chunk], dtype=np.int64)
+    first_target = np.cumsum(n_targets) - n_targets
+    targets = np.array([st for t in per_chunk for st in t], dtype=np.int64)
+
+    # one entry per (row, target stack), rows in order, a row's targets in placement order
+    row_chunk = np.where(rows.chunk < 0, n_chunks, rows.chunk)
+    reps = n_targets[row_chunk]
+    starts = np.cumsum(reps) - reps
+    within = np.arange(int(reps.sum()), dtype=np.int64) - np.repeat(starts, reps)
+    stack = targets[np.repeat(first_target[row_chunk], reps) + within]
+    share = np.repeat(1.0 / reps, reps)  # a spread chunk's pages are dealt evenly over its stacks
+    cu = np.repeat(tb_cu[rows.tb], reps)
+    pick = cu if by_cu else stack  # what picks the port
+    n_pick = C + 1 if by_cu else S + 1
+    pairs, counts = _sums_in_first_order(cu * (S + 1) + stack, share)
+    total = sum(counts)
     latency = 0.0
-    for (cu, st), n in by_cu_stack.items():
+    for code, n in zip(pairs, counts, strict=True):
+        i_cu, i_st = divmod(code, S + 1)
         if by_cu:
-            latency += n * (float(cu_port[cu] @ p_cu[cu]) + float(p_cu[cu] @ stack_lat[:, st]))
+            latency += n * (float(cu_port[i_cu] @ p_cu[i_cu]) + float(p_cu[i_cu] @ stack_lat[:, i_st]))
         else:
-            latency += n * (float(cu_port[cu] @ p_port[st]) + float(dst_lat[st]))
+            latency += n * (float(cu_port[i_cu] @ p_port[i_st]) + float(dst_lat[i_st]))
     dist = p_cu if by_cu else p_port
     egress = np.zeros((plan.ngpus, P))
     ingress = np.zeros((plan.ngpus, P))
-    for (gi, pick), n in by_src.items():
-        egress[gi] += n * chunk_bytes * dist[pick]
-    for (gi, pick), n in by_dst.items():
-        ingress[gi] += n * chunk_bytes * dist[pick]
+    for side, gpu_of in ((egress, rows.src), (ingress, rows.dst)):
+        for code, n in zip(*_sums_in_first_order(np.repeat(gpu_of, reps) * n_pick + pick, share),
+                           strict=True):
+            gi, p = divmod(code, n_pick)
+            side[gi] += n * chunk_bytes * dist[p]
     bw = min(chip.io_port_bandwidth_gbps, spec.scaleup.link_bandwidth_gbps,
              spec.scaleup.switch_port_bandwidth_gbps)
     max_bytes = float(max(egress.max(initial=0.0), ingress.max(initial=0.0)))
@@ -165,13 +225,15 @@ Placer = Callable[[int], Plan]
 
 
 def estimate_granularity(plan: Plan, spec: TopologySpec, size_bytes: int, place: Placer,
-                         candidates: Sequence[int] | None = None,
+                         candidates: Sequence[int] | None = None, *,
+                         stores: Sequence[RemoteStore] | None = None,
                          ) -> tuple[int, tuple[GranularityEstimate, ...]]:
     """The heuristic choice of ``G`` and the estimate of every candidate (all valid
-    granularities by default). Ties go to the coarser granularity (more ports per domain)."""
+    granularities by default). Ties go to the coarser granularity (more ports per domain).
+    ``stores``: ``remote_stores(plan)`` when the caller already has it."""
     cands = tuple(candidates) if candidates is not None else nar_granularities(spec)
-    stores = remote_stores(plan)
-    estimates = tuple(estimate(place(g), spec, size_bytes, stores) for g in cands)
+    rows = store_rows(plan, stores)
+    estimates = tuple(estimate(place(g), spec, size_bytes, rows) for g in cands)
     best = min(estimates, key=lambda e: (round(e.time_ns, 6), e.granularity))
     return best.granularity, estimates
 
