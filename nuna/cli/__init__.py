@@ -16,6 +16,7 @@ import typer
 from nuna import __version__
 from nuna.cli import figure_cmds, generate_cmds, pass_cmds, plan_cmds, sim_cmds, sweep_cmds, topology_cmds
 from nuna.errors import NunaError
+from nuna.process import tune_gc
 
 _Abort = typer.Abort
 try:  # recent typer vendors click; older versions raise the click package's exceptions
@@ -100,4 +101,5 @@ def _terminated(signum: int, _frame: object) -> None:
 def main() -> None:
     """Console-script entry point."""
     signal.signal(signal.SIGTERM, _terminated)  # the process is ours: the CLI owns its signals
+    tune_gc()  # and its garbage collector
     sys.exit(run())

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nuna.errors import NunaError, UsageError
+from nuna.process import tune_gc
 
 PointFunction = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -202,10 +203,11 @@ def _run_local(tasks: Sequence[Task], jobs: int) -> Iterator[Outcome]:
 
 def _start_worker(threads: int, driver: int) -> None:
     """Worker start-up: share the cores between workers, so that numba or BLAS thread pools in
-    every worker do not each claim all of them (a value the user set is kept), and die with the
-    driver."""
+    every worker do not each claim all of them (a value the user set is kept), make garbage
+    collections rare (:func:`nuna.process.tune_gc`) and die with the driver."""
     for name in _THREAD_VARIABLES:
         os.environ.setdefault(name, str(threads))
+    tune_gc()
     _die_with(driver)
 
 
@@ -242,6 +244,7 @@ def _run_dask(tasks: Sequence[Task], jobs: int | None, scheduler: str | None) ->
             cluster = LocalCluster(n_workers=max(1, min(jobs or default_jobs(), len(tasks))),
                                    threads_per_worker=1, processes=True, dashboard_address=None)
             client = Client(cluster)
+            client.run(tune_gc)  # workers we started are ours to tune, as the local pool's are
         else:
             client = Client(scheduler, timeout="10s")
     except (OSError, TimeoutError, ValueError) as err:  # refused, timed out, malformed address
