@@ -141,10 +141,10 @@ def _placer(plan: Plan, cfg: Config, ctx: PassContext,
         return place_nap
     if cfg.placement == "numa":
         # NAR changes the placement only, not what decompose reads
-        numa_accesses = decompose(plan) if accesses is None else accesses
+        numa_groups = logical_allocation(decompose(plan) if accesses is None else accesses)
 
         def place_numa(g: int) -> Plan:
-            return NumaPass().place(NarPass(g).run(plan, ctx), ctx, numa_accesses)
+            return NumaPass().place(NarPass(g).run(plan, ctx), ctx, numa_groups)
 
         return place_numa
     placed = cfg.placement_pass().run(plan, ctx)

@@ -13,14 +13,15 @@ threadblock that touches no local chunk (it only receives) keeps its baseline CU
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
 
-from nuna.passes.access import TbAccess, decompose
+from nuna.passes.access import decompose
 from nuna.passes.base import PassContext, replace_placement
-from nuna.passes.logical import logical_allocation
+from nuna.passes.logical import LogicalGroup, logical_allocation
 from nuna.passes.nap import Classes, FirstFit, cu_budget_requests, spread_classes, tb_demand_requests
 from nuna.plan.ir import Buffer, Plan, TbPlacement
 from nuna.plan.verify import chunk_bytes_for
@@ -31,9 +32,10 @@ from nuna.topology.spec import TopologySpec
 
 
 def numa_cus(plan: Plan, spec: TopologySpec, size_bytes: int,
-             accesses: tuple[TbAccess, ...] | None = None) -> dict[tuple[int, int], int]:
-    """CU of every threadblock under the NUMA policy (see the module doc). ``accesses``:
-    ``decompose(plan)`` when the caller has it (it depends on the program, not the placement)."""
+             groups: Sequence[LogicalGroup] | None = None) -> dict[tuple[int, int], int]:
+    """CU of every threadblock under the NUMA policy (see the module doc). ``groups``:
+    ``logical_allocation(decompose(plan))`` when the caller has it (it depends on the program,
+    not the placement)."""
     geo = chip_geometry(spec.chip)
     round_trip = geo.cu_stack.latency_ns + geo.stack_cu.latency_ns.T  # (C, S)
     chunk_bytes = chunk_bytes_for(plan, size_bytes)
@@ -45,7 +47,7 @@ def numa_cus(plan: Plan, spec: TopologySpec, size_bytes: int,
     layout = BaselineLayout(plan, spec, size_bytes, plan.placement.nar_granularity)
     # a chunk read by several threadblocks (a reduction's operands) is split over stacks once
     split: dict[tuple[int, Buffer, int], dict[int, int]] = {}
-    for group in logical_allocation(decompose(plan) if accesses is None else accesses):
+    for group in logical_allocation(decompose(plan)) if groups is None else groups:
         for member in group.members:
             acc = member.access
             weights: dict[int, int] = {}
@@ -81,9 +83,10 @@ class NumaPass:
     def run(self, plan: Plan, ctx: PassContext) -> Plan:
         return self.place(plan, ctx, None)
 
-    def place(self, plan: Plan, ctx: PassContext, accesses: tuple[TbAccess, ...] | None) -> Plan:
-        """:meth:`run` with ``decompose(plan)`` given (``None``: computed here)."""
-        cus = numa_cus(plan, ctx.topology, ctx.size_bytes, accesses)
+    def place(self, plan: Plan, ctx: PassContext, groups: Sequence[LogicalGroup] | None) -> Plan:
+        """:meth:`run` with ``logical_allocation(decompose(plan))`` given (``None``: computed
+        here)."""
+        cus = numa_cus(plan, ctx.topology, ctx.size_bytes, groups)
         tbs = tuple(TbPlacement(g, t, cu) for (g, t), cu in cus.items())
         out = replace_placement(plan, ctx, threadblocks=tbs, chunks=())
         return dataclasses.replace(out, placement=canonical_placement(out))

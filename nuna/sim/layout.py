@@ -222,6 +222,7 @@ class BaselineLayout:
         page = spec.chip.page_bytes
         self._base: dict[tuple[int, Buffer], int] = {}
         self._cycle = np.array(nar_segment_cycle(spec, nar_granularity), dtype=np.int64)
+        self._cycle_stacks = tuple(self._cycle.tolist())
         for g in plan.gpus:
             at = 0
             for buf, n in zip(BUFFER_ORDER, (g.input_chunks, g.output_chunks, g.scratch_chunks), strict=True):
@@ -242,6 +243,13 @@ class BaselineLayout:
         if hi <= lo:
             return {}
         first, last = lo // page, (hi - 1) // page
+        if last - first < 8:  # a few pages (most chunks up to 1 MiB collectives): one by one
+            cycle = self._cycle_stacks
+            out: dict[int, int] = {}
+            for p in range(first, last + 1):
+                st = cycle[p % len(cycle)]
+                out[st] = out.get(st, 0) + min(hi, (p + 1) * page) - max(lo, p * page)
+            return dict(sorted(out.items()))
         # a 1 GB collective's chunk spans thousands of pages: count them per stack with the
         # page-to-stack cycle rather than page by page
         nbytes = np.full(last - first + 1, page, dtype=np.int64)
