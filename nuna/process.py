@@ -7,8 +7,8 @@ Python's cyclic garbage collector runs a full collection every time the objects 
 survived earlier ones have grown by a quarter, and each full collection visits every object
 alive. The passes and the simulator's set-up build millions of small acyclic objects (the plan
 IR, placements, accesses), so at 64 GPUs with 16 threadblocks per peer the collector took a
-third of a placement's time (`apply_config`, NAP+NAR, 1 MiB allreduce: 33-34 s with the
-default thresholds, 22-26 s with these, 24-27 s with the collector off; docs/passes.md). A
+third of a placement's time (`apply_config`, NAP+NAR, 1 MiB allreduce: 30-35 s with the
+default thresholds, 22-26 s with these, 23-27 s with the collector off; docs/passes.md). A
 larger first threshold makes collections rare without turning them off, so a long-running
 sweep driver still frees cyclic garbage. mypy's command line sets the same values, for the
 same reason.
