@@ -55,7 +55,7 @@ import dataclasses
 import functools
 import heapq
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -214,7 +214,7 @@ class FirstFit:
                 return best, True, least
         if leading:
             self._start[key] = start
-        return self._least((gpu, order_key, -1), load, tuple(r for c in classes for r in c), demand)
+        return self._least((gpu, order_key, -1), load, (r for c in classes for r in c), demand)
 
     def take_other(self, gpu: int, classes: Classes, demand: int,
                    taken: tuple[int, ...]) -> tuple[int, bool, int]:
@@ -233,12 +233,12 @@ class FirstFit:
         load[chosen] = least + demand
         return chosen, False, least
 
-    def _heap(self, key: tuple[int, int, int], load: dict[int, int], candidates: tuple[int, ...]
+    def _heap(self, key: tuple[int, int, int], load: dict[int, int], candidates: Iterable[int]
               ) -> list[tuple[int, int, int]]:
-        """The ``(load, position, resource)`` heap of ``candidates`` named ``key``, its top
-        brought up to date. Loads only grow (:meth:`charge`), so an entry is stale only by being
-        too low: refreshed as it reaches the top, the top is the least load, the earliest
-        position among equals, exactly what a scan in order picks."""
+        """The ``(load, position, resource)`` heap of ``candidates`` named ``key`` (read only
+        the first time), its top brought up to date. Loads only grow (:meth:`charge`), so an
+        entry is stale only by being too low: refreshed as it reaches the top, the top is the
+        least load, the earliest position among equals, exactly what a scan in order picks."""
         heap = self._heaps.get(key)
         if heap is None:
             heap = [(load.get(r, 0), j, r) for j, r in enumerate(candidates)]
@@ -251,7 +251,7 @@ class FirstFit:
                 return heap
             heapq.heapreplace(heap, (now, j, r))
 
-    def _least(self, key: tuple[int, int, int], load: dict[int, int], candidates: tuple[int, ...],
+    def _least(self, key: tuple[int, int, int], load: dict[int, int], candidates: Iterable[int],
                demand: int) -> tuple[int, bool, int]:
         """No candidate fits: the least-loaded one takes it, the earliest (nearest) among equals
         (oversubscribed GPUs, many threadblocks per peer, come here for most of their
