@@ -10,8 +10,8 @@ IR, placements, accesses), so at 64 GPUs with 16 threadblocks per peer the colle
 third of a placement's time (`apply_config`, NAP+NAR, 1 MiB allreduce: 30-35 s with the
 default thresholds, 22-26 s with these, 23-27 s with the collector off; docs/passes.md). A
 larger first threshold makes collections rare without turning them off, so a long-running
-sweep driver still frees cyclic garbage. mypy's command line sets the same values, for the
-same reason.
+sweep driver still frees cyclic garbage. mypy sets the same values before a build
+(``mypy/build.py``), for the same reason.
 """
 
 from __future__ import annotations

@@ -49,6 +49,12 @@ class Config:
     nar: bool
     description: str
 
+    @property
+    def reads_accesses(self) -> bool:
+        """Whether the placement is computed from the threadblocks' chunk accesses
+        (``decompose``): NUMA, NAP and NAP*; UA places by index alone."""
+        return self.placement != "ua"
+
     def placement_pass(self) -> PlanPass:
         """The pass that places threadblocks and memory for this configuration."""
         if self.placement == "ua":
@@ -167,7 +173,7 @@ def choose_granularity(plan: Plan, name: str, ctx: PassContext, requested: Granu
     if isinstance(requested, int) and not isinstance(requested, bool):
         return GranularityChoice(check_granularity(spec, requested), "given")
     if requested is None:
-        if cfg.placement in ("nap", "nap*", "numa"):
+        if cfg.reads_accesses:
             accesses, stores = workload(plan)  # one walk of the DAG for both
             placer = _placer(plan, cfg, ctx, accesses)
         else:

@@ -243,7 +243,7 @@ class BaselineLayout:
         if hi <= lo:
             return {}
         first, last = lo // page, (hi - 1) // page
-        if last - first < 8:  # a few pages (most chunks up to 1 MiB collectives): one by one
+        if last - first < 8:  # a few pages (chunks up to ~32 KiB, e.g. 1 MiB over 32+ GPUs): one by one
             cycle = self._cycle_stacks
             out: dict[int, int] = {}
             for p in range(first, last + 1):
