@@ -1221,17 +1221,6 @@ def mix64(value: Any) -> Any:
 
 
 @njit(cache=True)
-def _store_port(phys: int, hash_shift: int, stack: int, owner: I8, dom_ports: Any, domain: int) -> Any:
-    """I/O port of a remote store to physical address ``phys`` on ``stack``: the address hash
-    (of ``phys >> hash_shift``, the granule) over the ports of NAR domain ``domain`` (a row of
-    ``dom_ports``, ``nuna.topology.address.nar_port_table``), or (-1) of the domain that owns
-    the stack (``owner``, indexed by stack)."""
-    h = mix64(phys >> hash_shift)
-    row = owner[stack] if domain < 0 else domain
-    return dom_ports[row, np.int64(h % np.uint64(dom_ports.shape[1]))]
-
-
-@njit(cache=True)
 def _line_page(base: Any, addr: Any, page_bytes: int, page_stack: I8) -> tuple:
     """(page, offset in it, its stack) of the first line of a step's address ``addr`` in a
     buffer whose first page is ``base``; (-1, 0, -1) when the step has no such address."""
@@ -1255,6 +1244,16 @@ def _next_line_page(page: Any, within: Any, stack: Any, step: int, page_bytes: i
 
 
 @njit(cache=True)
+def _lines_on_page(page: Any, within: Any, page_bytes: int, line_bytes: int, most: Any) -> Any:
+    """How many lines from offset ``within`` start on ``page`` (at most ``most``; ``most`` for a
+    missing address): one division per run of lines rather than a page check per line."""
+    if page < 0:
+        return most
+    lines = (page_bytes - within + line_bytes - 1) // line_bytes
+    return lines if lines < most else most
+
+
+@njit(cache=True)
 def _grow_jobs(j_bytes: I8, j_cls: Any, used: int, need: int) -> tuple:
     """``j_bytes``/``j_cls`` with room for ``need`` rows, their first ``used`` rows kept
     (capacity doubles, so that filling is linear overall)."""
@@ -1270,20 +1269,84 @@ def _grow_jobs(j_bytes: I8, j_cls: Any, used: int, need: int) -> tuple:
     return jb, jc
 
 
+# The open route classes of a node, for packets of several lines: an open-addressing table from
+# the stacks of a class (load 1, local store, remote store), the part of the route that stays
+# the same along a page, to a row of job slots with one column per I/O port (+1: none). A line
+# then finds its class by the port alone; the table is looked up once per run of lines on the
+# same pages. ``tab`` rows: key (-1 free), first column of its row in ``slots``; ``used`` lists
+# the table rows in use. Tables start small and double, so that a node's classes stay in cache.
+
+@njit(cache=True)
+def _class_row(tab: I8, used: I8, slots: I8, count: int, key: int, width: int) -> tuple:
+    """``(tab, used, slots, count, column)``: the first column of the row of stacks ``key``,
+    a new row (all slots -1) if it is not in the table, which holds ``count`` rows."""
+    cap = tab.shape[0]
+    h = np.int64(mix64(key) & np.uint64(cap - 1))
+    while tab[h, 0] >= 0 and tab[h, 0] != key:
+        h = (h + 1) & (cap - 1)
+    if tab[h, 0] >= 0:
+        return tab, used, slots, count, tab[h, 1]
+    if 2 * (count + 1) > cap:
+        cap *= 2
+        grown = np.full((cap, 2), -1, np.int64)
+        moved = np.zeros(cap, np.int64)
+        for u in range(count):
+            old = used[u]
+            g = np.int64(mix64(tab[old, 0]) & np.uint64(cap - 1))
+            while grown[g, 0] >= 0:
+                g = (g + 1) & (cap - 1)
+            grown[g, 0] = tab[old, 0]
+            grown[g, 1] = tab[old, 1]
+            moved[u] = g
+        tab, used = grown, moved
+        h = np.int64(mix64(key) & np.uint64(cap - 1))
+        while tab[h, 0] >= 0:
+            h = (h + 1) & (cap - 1)
+    if (count + 1) * width > slots.shape[0]:
+        more = np.full(2 * slots.shape[0], -1, np.int64)
+        more[:slots.shape[0]] = slots
+        slots = more
+    tab[h, 0] = key
+    tab[h, 1] = count * width
+    used[count] = h
+    return tab, used, slots, count + 1, count * width
+
+
+@njit(cache=True)
+def _reopen(tab: I8, used: I8, key: int) -> int:
+    """Open the class row of ``key`` as the only one, in an empty table: its first column (0)."""
+    cap = tab.shape[0]
+    h = np.int64(mix64(key) & np.uint64(cap - 1))
+    tab[h, 0] = key
+    tab[h, 1] = 0
+    used[0] = h
+    return 0
+
+
+@njit(cache=True)
+def _close_classes(tab: I8, used: I8, slots: I8, count: int, width: int) -> None:
+    """Forget the ``count`` open classes (their jobs stay as they are)."""
+    for u in range(count):
+        first = tab[used[u], 1]
+        slots[first:first + width] = -1
+        tab[used[u], 0] = -1
+
+
 @njit(cache=True)
 def build_jobs(n_bytes: I8, n_gpu: I4, n_peer: I4, n_addr: I8, page_base: I8, page_stack: I8, page_phys: I8,
                page_bytes: int, hash_bytes: int, owner: I8, dom_ports: Any, n_domain: I8, line_bytes: int,
-               packet_bytes: int, n_job_ptr: I8, capacity: int) -> Any:
+               packet_bytes: int, n_job_ptr: I8, capacity: int, max_open: int = 1 << 17) -> Any:
     """The jobs of every node, in one pass: their offsets go into ``n_job_ptr`` (CSR), and
     ``(total, j_bytes, j_cls)`` is returned, the arrays with room for at least ``total`` rows
     (``capacity`` to begin with; an estimate, grown as needed). ``n_addr[n]`` holds the node's
     four base addresses (load 0, load 1, local store: on its own GPU; remote store: on
     ``n_peer[n]``; -1 = none); ``n_domain[n]`` the NAR domain its remote stores use (-1: the
-    one owning each line's destination stack)."""
+    one owning each line's destination stack). A line joins the last job of its route class
+    while that has room for it; when ``max_open`` classes are open, a new one first closes them
+    all (a safeguard on memory that no plan of the grids reaches)."""
     nn = n_bytes.shape[0]
     # shifts and masks instead of divisions by a variable (the hash granule divides the page,
-    # which nuna.topology.spec requires to be a power of two, so it is one; so is ``cap``):
-    # 3.0 -> 2.5 s and 7.8 -> 6.8 s for two of Fig 9's 64-GPU 1 GiB points, the same jobs
+    # which nuna.topology.spec requires to be a power of two, so it is one)
     hash_shift = 0
     while (1 << hash_shift) < hash_bytes:
         hash_shift += 1
@@ -1291,10 +1354,16 @@ def build_jobs(n_bytes: I8, n_gpu: I4, n_peer: I4, n_addr: I8, page_base: I8, pa
         raise ValueError("the address hash granule must be a power of two")
     j_bytes = np.zeros(max(1, capacity), np.int64)
     j_cls = np.full((max(1, capacity), 5), -1, np.int16)
-    cap = 1 << 18
-    keys = np.full(cap, -1, np.int64)
-    slot_job = np.zeros(cap, np.int64)
-    used = np.zeros(cap, np.int64)
+    nports = np.uint64(dom_ports.shape[1])
+    width = 2  # columns of a class row: port + 1 for ports -1 .. the largest
+    for r in range(dom_ports.shape[0]):
+        for c in range(dom_ports.shape[1]):
+            width = max(width, dom_ports[r, c] + 2)
+    tab = np.full((1 << 10, 2), -1, np.int64)
+    used = np.zeros(1 << 10, np.int64)
+    slots = np.full(64 * width, -1, np.int64)
+    nclass = 0  # rows in the table
+    nopen = 0  # classes (rows x ports) open
     max_lines = 1
     for n in range(nn):
         lines = (n_bytes[n] + line_bytes - 1) // line_bytes
@@ -1310,63 +1379,72 @@ def build_jobs(n_bytes: I8, n_gpu: I4, n_peer: I4, n_addr: I8, page_base: I8, pa
         if nbytes > 0 and (n_addr[n, 0] >= 0 or n_addr[n, 1] >= 0 or n_addr[n, 2] >= 0 or n_addr[n, 3] >= 0):
             nlines = (nbytes + line_bytes - 1) // line_bytes
             j_bytes, j_cls = _grow_jobs(j_bytes, j_cls, base, base + nlines)
-            nused = 0
-            # each address's page and offset in it, moved on line by line without dividing
-            # (the pages of a buffer are consecutive): a line's page is its first byte's
+            # each address's page and offset in it (a line's page is its first byte's), moved
+            # on run by run: a run is the lines that start on the same four pages, whose stacks
+            # and class row are the same; only a remote store's port changes from line to line
             g = n_gpu[n]
             pg0, w0, s0 = _line_page(page_base[g], n_addr[n, 0], page_bytes, page_stack)
             pg1, w1, s1 = _line_page(page_base[g], n_addr[n, 1], page_bytes, page_stack)
             pg2, w2, s2 = _line_page(page_base[g], n_addr[n, 2], page_bytes, page_stack)
             pg3, w3, s3 = _line_page(page_base[n_peer[n]], n_addr[n, 3], page_bytes, page_stack)
-            for li in range(nlines):
-                off = li * line_bytes
-                b = line_bytes if off + line_bytes <= nbytes else nbytes - off
-                if li > 0:
-                    pg0, w0, s0 = _next_line_page(pg0, w0, s0, line_bytes, page_bytes, page_stack)
-                    pg1, w1, s1 = _next_line_page(pg1, w1, s1, line_bytes, page_bytes, page_stack)
-                    pg2, w2, s2 = _next_line_page(pg2, w2, s2, line_bytes, page_bytes, page_stack)
-                    pg3, w3, s3 = _next_line_page(pg3, w3, s3, line_bytes, page_bytes, page_stack)
-                port = np.int64(-1)
-                if pg3 >= 0:
-                    port = _store_port(page_phys[pg3] + w3, hash_shift, s3, owner, dom_ports, n_domain[n])
-                j = -1
+            li = 0
+            while li < nlines:
+                run = _lines_on_page(pg0, w0, page_bytes, line_bytes, nlines - li)
+                run = _lines_on_page(pg1, w1, page_bytes, line_bytes, run)
+                run = _lines_on_page(pg2, w2, page_bytes, line_bytes, run)
+                run = _lines_on_page(pg3, w3, page_bytes, line_bytes, run)
+                # the store route defines the class; a packet loads from its first line's
+                # stack (pages are round-robin, so loads spread over stacks all the same)
+                key = ((s1 + 1) * 2048 + (s2 + 1)) * 2048 + (s3 + 1)
+                first = -1
                 if packet_bytes > line_bytes:
-                    # the store route defines the class; a packet loads from its first line's
-                    # stack (pages are round-robin, so loads spread over stacks all the same)
-                    key = (((s1 + 1) * 2048 + (s2 + 1)) * 2048 + (port + 1)) * 2048 + (s3 + 1)
-                    h = np.int64(mix64(key) & np.uint64(cap - 1))
-                    while keys[h] >= 0 and keys[h] != key:
-                        h = (h + 1) & (cap - 1)
-                    if keys[h] < 0:
-                        if nused >= cap // 2:
-                            # too many open classes: forget them (their jobs stay as they are)
-                            for u in range(nused):
-                                keys[used[u]] = -1
-                            nused = 0
-                            h = np.int64(mix64(key) & np.uint64(cap - 1))
-                        keys[h] = key
-                        used[nused] = h
-                        nused += 1
-                        slot_job[h] = -1
-                    j = slot_job[h]
-                    if j >= 0 and acc[j] + b <= packet_bytes:
-                        acc[j] += b
-                        centre[j] += li
-                        j_bytes[base + j] = acc[j]
-                        continue
-                    slot_job[h] = count
-                acc[count] = b
-                centre[count] = li
-                k = base + count
-                j_bytes[k] = b
-                j_cls[k, 0] = s0
-                j_cls[k, 1] = s1
-                j_cls[k, 2] = s2
-                j_cls[k, 3] = port
-                j_cls[k, 4] = s3
-                count += 1
-            for u in range(nused):
-                keys[used[u]] = -1
+                    tab, used, slots, nclass, first = _class_row(tab, used, slots, nclass, key, width)
+                phys = page_phys[pg3] + w3 if pg3 >= 0 else 0
+                # a remote store's I/O port: the address hash (of the line's granule) over the
+                # ports of the NAR domain of the step (``n_domain``) or of the destination stack
+                # (``owner``), as nuna.topology.address.io_port (a row of ``nar_port_table``)
+                ports = dom_ports[(owner[s3] if n_domain[n] < 0 else n_domain[n]) if pg3 >= 0 else 0]
+                for i in range(run):
+                    line = li + i
+                    off = line * line_bytes
+                    b = line_bytes if off + line_bytes <= nbytes else nbytes - off
+                    port = np.int64(-1)
+                    if pg3 >= 0:
+                        port = ports[np.int64(mix64((phys + i * line_bytes) >> hash_shift) % nports)]
+                    if first >= 0:
+                        col = first + port + 1
+                        j = slots[col]
+                        if j >= 0 and acc[j] + b <= packet_bytes:
+                            acc[j] += b
+                            centre[j] += line
+                            continue
+                        if j < 0:
+                            if nopen >= max_open:
+                                # (no array is reassigned in this loop: numba would then reload
+                                # and reference-count them at every line, 2x slower)
+                                _close_classes(tab, used, slots, nclass, width)
+                                nclass, nopen, first = 1, 0, _reopen(tab, used, key)
+                                col = first + port + 1
+                            nopen += 1
+                        slots[col] = count
+                    acc[count] = b
+                    centre[count] = line
+                    k = base + count
+                    j_cls[k, 0] = s0
+                    j_cls[k, 1] = s1
+                    j_cls[k, 2] = s2
+                    j_cls[k, 3] = port
+                    j_cls[k, 4] = s3
+                    count += 1
+                li += run
+                step = run * line_bytes
+                pg0, w0, s0 = _next_line_page(pg0, w0, s0, step, page_bytes, page_stack)
+                pg1, w1, s1 = _next_line_page(pg1, w1, s1, step, page_bytes, page_stack)
+                pg2, w2, s2 = _next_line_page(pg2, w2, s2, step, page_bytes, page_stack)
+                pg3, w3, s3 = _next_line_page(pg3, w3, s3, step, page_bytes, page_stack)
+            _close_classes(tab, used, slots, nclass, width)
+            nclass = nopen = 0
+            j_bytes[base:base + count] = acc[:count]
             if packet_bytes > line_bytes and count > 1:
                 # issue in the order of each packet's mean line index, the order in which a
                 # stream of lines would reach it: packets of every route are interleaved to the
