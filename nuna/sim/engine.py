@@ -1277,31 +1277,31 @@ def _grow_jobs(j_bytes: I8, j_cls: Any, used: int, need: int) -> tuple:
 # the table rows in use. Tables start small and double, so that a node's classes stay in cache.
 
 @njit(cache=True)
+def _probe(tab: I8, key: int) -> Any:
+    """The row of ``key`` in the table ``tab`` (linear probing), or the free row it would take."""
+    mask = tab.shape[0] - 1
+    h = np.int64(mix64(key) & np.uint64(mask))
+    while tab[h, 0] >= 0 and tab[h, 0] != key:
+        h = (h + 1) & mask
+    return h
+
+
+@njit(cache=True)
 def _class_row(tab: I8, used: I8, slots: I8, count: int, key: int, width: int) -> tuple:
     """``(tab, used, slots, count, column)``: the first column of the row of stacks ``key``,
     a new row (all slots -1) if it is not in the table, which holds ``count`` rows."""
-    cap = tab.shape[0]
-    h = np.int64(mix64(key) & np.uint64(cap - 1))
-    while tab[h, 0] >= 0 and tab[h, 0] != key:
-        h = (h + 1) & (cap - 1)
+    h = _probe(tab, key)
     if tab[h, 0] >= 0:
         return tab, used, slots, count, tab[h, 1]
-    if 2 * (count + 1) > cap:
-        cap *= 2
-        grown = np.full((cap, 2), -1, np.int64)
-        moved = np.zeros(cap, np.int64)
+    if 2 * (count + 1) > tab.shape[0]:
+        grown = np.full((2 * tab.shape[0], 2), -1, np.int64)
+        moved = np.zeros(2 * tab.shape[0], np.int64)
         for u in range(count):
-            old = used[u]
-            g = np.int64(mix64(tab[old, 0]) & np.uint64(cap - 1))
-            while grown[g, 0] >= 0:
-                g = (g + 1) & (cap - 1)
-            grown[g, 0] = tab[old, 0]
-            grown[g, 1] = tab[old, 1]
+            g = _probe(grown, tab[used[u], 0])
+            grown[g] = tab[used[u]]
             moved[u] = g
         tab, used = grown, moved
-        h = np.int64(mix64(key) & np.uint64(cap - 1))
-        while tab[h, 0] >= 0:
-            h = (h + 1) & (cap - 1)
+        h = _probe(tab, key)
     if (count + 1) * width > slots.shape[0]:
         more = np.full(2 * slots.shape[0], -1, np.int64)
         more[:slots.shape[0]] = slots
@@ -1315,8 +1315,7 @@ def _class_row(tab: I8, used: I8, slots: I8, count: int, key: int, width: int) -
 @njit(cache=True)
 def _reopen(tab: I8, used: I8, key: int) -> int:
     """Open the class row of ``key`` as the only one, in an empty table: its first column (0)."""
-    cap = tab.shape[0]
-    h = np.int64(mix64(key) & np.uint64(cap - 1))
+    h = _probe(tab, key)
     tab[h, 0] = key
     tab[h, 1] = 0
     used[0] = h
