@@ -14,11 +14,15 @@ beside its median: a change is measured when the best runs agree with the median
 says whether both sides gave the same collective time and event count (a hot-loop change
 should not move them).
 
-A case is ``collective:gpus:size:threadblocks_per_peer:packet_bytes[:windowed|:one-queue]``
-(direct plan, UA, nuna-4die), for example ``allgather:64:1MiB:1:256:windowed``; without the last
-part each side replays as its own default (windowed from 16 GPUs since nuna 0.5.0, only with
-packets under 32 KiB since 0.7.0, one queue before 0.5.0), so name the mode when the base
-predates 0.5.0. This is not a ``bench_*`` file: ``benchmarks/run.py`` does not run it.
+A case is ``collective:gpus:size:threadblocks_per_peer:packet_bytes[:windowed|:one-queue][@CONFIG]``
+(direct plan, nuna-4die), for example ``allgather:64:1MiB:1:256:windowed``; without the mode
+each side replays as its own default (windowed from 16 GPUs since nuna 0.5.0, only with packets
+under 32 KiB since 0.7.0, one queue before 0.5.0), so name the mode when the base predates
+0.5.0. Without ``@CONFIG`` the plan runs as generated (UA); with it, for example
+``allgather:32:1GiB:1:auto@NAP+NAR``, each side places and routes it with its own
+``nuna.passes.apply_config`` (the NAR heuristic's granularity) before the timed replays, as a
+sweep point does, so a change to the passes shows in the result check. This is not a
+``bench_*`` file: ``benchmarks/run.py`` does not run it.
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ import json, sys, time
 from nuna.plan.generate import generate
 from nuna.sim import simulate
 from nuna.topology.spec import load_topology
-coll, gpus, size, tbs, packet, windowed, repeat = json.loads(sys.argv[1])
+coll, gpus, size, tbs, packet, windowed, config, repeat = json.loads(sys.argv[1])
 kw = {}
 if windowed is not None:  # else each side's default (older revisions have no windowed option)
     from nuna.sim.replay import SimOptions
@@ -52,6 +56,9 @@ if windowed is not None:  # else each side's default (older revisions have no wi
 spec = load_topology("nuna-4die")
 simulate(generate("allgather", 2), spec, 4096, **kw)  # loads (or compiles) the kernels
 plan = generate(coll, gpus, tbs_per_peer=tbs)
+if config is not None:
+    from nuna.passes import PassContext, apply_config
+    plan = apply_config(plan, config, PassContext(spec, size))
 cpu = []
 for _ in range(repeat):
     t0 = time.process_time()
@@ -69,23 +76,30 @@ class Case:
     tbs_per_peer: int
     packet_bytes: int | str
     windowed: bool | None
+    config: str | None
     name: str
 
 
 def parse_case(text: str) -> Case:
-    """``collective:gpus:size:tbs:packet[:windowed|:one-queue]`` -> :class:`Case` (``ValueError`` if
-    malformed); without the last part each side replays as its simulator does by default."""
+    """``collective:gpus:size:tbs:packet[:windowed|:one-queue][@CONFIG]`` -> :class:`Case`
+    (``ValueError`` if malformed); without the mode each side replays as its simulator does by
+    default, without a configuration the generated plan (UA) runs."""
     from nuna.errors import UsageError
+    from nuna.passes import CONFIGS
     from nuna.units import parse_size
 
-    parts = text.split(":")
+    body, at, config = text.partition("@")
+    if at and config not in CONFIGS:
+        raise ValueError(f"case {text!r}: unknown configuration {config!r} (one of {', '.join(CONFIGS)})")
+    parts = body.split(":")
     if len(parts) not in (5, 6) or (len(parts) == 6 and parts[5] not in ("windowed", "one-queue")):
-        raise ValueError(f"case {text!r}: expected collective:gpus:size:tbs:packet[:windowed|:one-queue]")
+        raise ValueError(f"case {text!r}: expected "
+                         "collective:gpus:size:tbs:packet[:windowed|:one-queue][@CONFIG]")
     coll, gpus, size, tbs, packet = parts[:5]
     try:
         pk: int | str = packet if packet == "auto" else int(packet)
         windowed = None if len(parts) == 5 else parts[5] == "windowed"
-        return Case(coll, int(gpus), parse_size(size), int(tbs), pk, windowed, text)
+        return Case(coll, int(gpus), parse_size(size), int(tbs), pk, windowed, config if at else None, text)
     except (ValueError, UsageError) as exc:
         raise ValueError(f"case {text!r}: {exc}") from None
 
@@ -102,7 +116,7 @@ def summarize(samples: dict[str, list[float]]) -> dict[str, float]:
 
 def _run(tree: Path, case: Case, repeat: int) -> dict[str, Any]:
     args = [case.collective, case.gpus, case.size_bytes, case.tbs_per_peer, case.packet_bytes, case.windowed,
-            repeat]
+            case.config, repeat]
     env = dict(os.environ, PYTHONPATH=str(tree))
     proc = subprocess.run([sys.executable, "-c", _RUNNER, json.dumps(args)], cwd=tree, env=env,
                           capture_output=True, text=True, check=False)
@@ -127,7 +141,7 @@ def main() -> None:
     ap.add_argument("--base", default="HEAD", help="revision to compare against (default HEAD)")
     ap.add_argument("--new", help="revision to measure (default: this working tree)")
     ap.add_argument("--case", action="append",
-                    help="collective:gpus:size:tbs:packet[:windowed|:one-queue] (repeatable)")
+                    help="collective:gpus:size:tbs:packet[:windowed|:one-queue][@CONFIG] (repeatable)")
     ap.add_argument("--rounds", type=int, default=5, help="alternating rounds (default 5)")
     ap.add_argument("--repeat", type=int, default=2, help="timed replays per process (default 2)")
     args = ap.parse_args()

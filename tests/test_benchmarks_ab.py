@@ -31,8 +31,12 @@ def test_parses_cases() -> None:
     auto = ab.parse_case("alltoall:8:100kB:4:auto")
     assert (auto.size_bytes, auto.packet_bytes, auto.windowed) == (100_000, "auto", None)
     assert ab.parse_case("allgather:64:1MiB:1:256:one-queue").windowed is False
+    assert auto.config is None
+    placed = ab.parse_case("allgather:32:1GiB:1:auto:windowed@NAP+NAR")
+    assert (placed.gpus, placed.packet_bytes, placed.windowed, placed.config) == (32, "auto", True, "NAP+NAR")
+    assert ab.parse_case("allgather:8:1MiB:4:256@NAP*").config == "NAP*"
     for bad in ("allgather:8:1MiB:1", "allgather:8:1MiB:1:256:fast", "allgather:x:1MiB:1:256",
-                "allgather:8:1XB:1:256"):
+                "allgather:8:1XB:1:256", "allgather:8:1MiB:1:256@NAP+", "allgather:8:1MiB:1:256@"):
         with pytest.raises(ValueError, match="case"):
             ab.parse_case(bad)
 
