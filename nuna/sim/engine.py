@@ -249,10 +249,11 @@ def _small_pages(n: int) -> F8:
     first touched one by one, and with huge pages a first touch may zero (and first compact)
     2 MB. Windowed, a 64-GPU pod has 576 rings of up to 4 MB: the first 1 MiB allgather replayed
     in a process spent 0.46-1.30 s in the kernel with huge pages, 0.11-0.45 s with small ones,
-    where only the slots used are zeroed (docs/simulator.md §6). The rows read at random
-    (edges, packets, the heaps) keep huge pages, which spare TLB misses: the heaps on small
-    pages made the one-queue replay of the same pod slower in both of two rounds. Falls back to
-    :func:`_aligned` where the kernel cannot be told (not Linux)."""
+    where only the slots used are zeroed (docs/simulator.md §6). The windowed replay's heaps
+    likewise (:func:`_new_heap`). The rows read at random (edges, packets, the one-queue heap)
+    keep huge pages, which spare TLB misses: that heap on small pages made the one-queue replay
+    of the same pod slower in both of two rounds. Falls back to :func:`_aligned` where the
+    kernel cannot be told (not Linux)."""
     advice = getattr(mmap, "MADV_NOHUGEPAGE", None)
     if advice is None:
         return _aligned(n)
@@ -266,9 +267,17 @@ def _new_heap(events: int, domains: int = 1) -> tuple[F8, I8]:
     int64 view (keys) of one buffer of 16-byte rows. Node ``i`` of heap ``g`` is row
     ``g * (events + 3) + i + 3``, so the four children of a node (rows ``4i + 4 .. 4i + 7``)
     fill exactly one cache line: a sift-down level costs one miss (``events + 3`` is rounded up
-    to a multiple of four rows, 64 bytes, to keep every heap so aligned)."""
+    to a multiple of four rows, 64 bytes, to keep every heap so aligned).
+
+    Several heaps (windowed scheduling, one per GPU) are on 4-KiB pages: each is sized for the
+    most events its domain could hold but holds a few hundred on average (848 at 64 GPUs,
+    10 MiB), near its root, and on transparent huge pages the first touch of each cost the
+    kernel a whole 2-MB page (a 64-GPU pod's heaps: 101 MiB at 1 MiB; docs/simulator.md §6).
+    One heap keeps huge pages: it is read all over, and on small pages the one-queue replay ran
+    slower."""
     rows = events + 3 + (-(events + 3)) % 4
-    buf = _aligned(2 * rows * domains).reshape(rows * domains, 2)
+    alloc = _small_pages if domains > 1 else _aligned
+    buf = alloc(2 * rows * domains).reshape(rows * domains, 2)
     return buf, buf.view(np.int64)
 
 

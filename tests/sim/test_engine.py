@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 from typing import Any
 
 import numpy as np
@@ -182,6 +183,30 @@ def test_small_page_arrays_are_zeroed_aligned_writable_and_distinct(n: int) -> N
     a[:] = 1.0
     assert a.sum() == n
     assert not b.any()
+
+
+def _owner(a: np.ndarray) -> object:
+    base: object = a
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    return base.obj if isinstance(base, memoryview) else base
+
+
+@pytest.mark.parametrize("domains", [1, 3])
+def test_heaps_are_zeroed_aligned_views_and_windowed_ones_on_small_pages(domains: int) -> None:
+    # one heap keeps numpy's memory (huge pages: read all over); one per GPU sits on 4-KiB pages,
+    # as each is used near its root only (engine._new_heap)
+    h, hk = eng._new_heap(1000, domains)
+    rows = h.shape[0] // domains
+    assert h.shape == (rows * domains, 2)
+    assert rows % 4 == 0
+    assert rows >= 1003
+    assert np.shares_memory(h, hk)
+    assert not h.any()
+    for g in range(domains):
+        # node i is row g * rows + i + 3: the children of a node (rows 4i + 4 .. 4i + 7) share a line
+        assert h[g * rows:].ctypes.data % 64 == 0
+    assert isinstance(_owner(h), mmap.mmap) == (domains > 1)
 
 
 def test_long_packet_streams_at_the_bottleneck() -> None:
