@@ -1,11 +1,15 @@
-"""Shared fixtures: paths to the shared reference corpus and an in-process CLI runner."""
+"""Shared fixtures: paths to the shared reference corpus, an in-process CLI runner and the
+benchmark scripts as modules."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -48,3 +52,15 @@ def msccl_plans() -> list[Path]:
     if not PLANS_MSCCL.is_dir():
         return []
     return sorted(PLANS_MSCCL.glob("*.xml")) + sorted((PLANS_MSCCL / "from-repos").glob("*.xml"))
+
+
+def benchmark_module(name: str) -> ModuleType:
+    """``benchmarks/NAME.py`` (a script, not a package) imported as a module, for tests of its logic."""
+    path = REPO / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"nuna_bench_{name}", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module

@@ -3,23 +3,15 @@ Running it needs a second compiled engine (minutes), so that is left to its user
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from tests.conftest import benchmark_module
+
 
 def _ab() -> ModuleType:
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "ab.py"
-    spec = importlib.util.spec_from_file_location("nuna_bench_ab", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_module("ab")
 
 
 def test_parses_cases() -> None:

@@ -3,25 +3,18 @@ numba's symbols and placing them in memory. Sampling needs ``perf``, left to its
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.conftest import benchmark_module
+
 
 def _prof() -> ModuleType:
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "profile_replay.py"
-    spec = importlib.util.spec_from_file_location("nuna_bench_profile", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_module("profile_replay")
 
 
 NM = """\
