@@ -23,6 +23,7 @@ message otherwise. Not a ``bench_*`` file: ``benchmarks/run.py`` does not run it
 from __future__ import annotations
 
 import argparse
+import bisect
 import collections
 import os
 import re
@@ -122,14 +123,23 @@ def _bytes_in(obj: Any, depth: int = 0) -> list[bytes]:
     return []
 
 
-def kernel_symbols(tmp: Path) -> tuple[dict[int, tuple[int, str]], dict[str, tuple[Path, Symbol]]]:
-    """``({address: (size, name)}, {name: (object file, symbol)})`` of the engine's compiled code."""
+@dataclass(frozen=True)
+class Kernel:
+    """A compiled function as loaded: its address, readable name, object file and symbol."""
+
+    address: int
+    name: str
+    path: Path
+    symbol: Symbol
+
+
+def kernel_symbols(tmp: Path) -> list[Kernel]:
+    """The engine's compiled functions, by address (their object files written into ``tmp``)."""
     import numba
 
     from nuna.sim import engine
 
-    entries: dict[int, tuple[int, str]] = {}
-    where: dict[str, tuple[Path, Symbol]] = {}
+    kernels: dict[int, Kernel] = {}
     for attr in sorted(dir(engine)):
         dispatcher = getattr(engine, attr)
         if not isinstance(dispatcher, numba.core.registry.CPUDispatcher):
@@ -141,11 +151,9 @@ def kernel_symbols(tmp: Path) -> tuple[dict[int, tuple[int, str]], dict[str, tup
                                 check=False)
             symbols = parse_nm(nm.stdout)
             for sym, addr in object_addresses(symbols, library.get_pointer_to_function).items():
-                name = readable(sym.name)
-                if addr not in entries:
-                    entries[addr] = (sym.size, name)
-                    where.setdefault(name, (path, sym))
-    return entries, where
+                if sym.size > 0 and addr not in kernels:
+                    kernels[addr] = Kernel(addr, readable(sym.name), path, sym)
+    return [kernels[a] for a in sorted(kernels)]
 
 
 def object_addresses(symbols: list[Symbol], lookup: Any) -> dict[Symbol, int]:
@@ -215,9 +223,13 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="nuna-prof-") as tmp_name:
         tmp = Path(tmp_name)
-        entries, where = kernel_symbols(tmp)
+        try:
+            kernels = kernel_symbols(tmp)
+        except (AttributeError, KeyError, OSError) as exc:  # numba's private cache layout moved
+            raise SystemExit(f"profile_replay.py: cannot read numba's compiled code: {exc}") from None
         map_path = Path(f"/tmp/perf-{os.getpid()}.map")
-        map_path.write_text("\n".join(perf_map_lines(entries)) + "\n")
+        map_path.write_text("\n".join(perf_map_lines({k.address: (k.symbol.size, k.name) for k in kernels}))
+                            + "\n")
         data = tmp / "perf.data"
         try:
             rec = subprocess.Popen(["perf", "record", "-q", "-e", "cpu-clock", "-F", str(args.hz), "-p",
@@ -231,46 +243,46 @@ def main() -> None:
             res = simulate(plan, spec, case.size_bytes, packet_bytes=packet, options=options)
             cpu = time.process_time() - t0
             rec.send_signal(signal.SIGINT)
-            rec.wait(timeout=60)
+            rec.wait()
             script = subprocess.run(["perf", "script", "-i", str(data), "-F", "ip,sym"], capture_output=True,
                                     text=True, check=False)
         finally:
             map_path.unlink(missing_ok=True)
         samples: collections.Counter[str] = collections.Counter()
-        ips: dict[str, list[int]] = collections.defaultdict(list)
-        starts = {name: addr for addr, (_, name) in entries.items()}
+        starts = [k.address for k in kernels]
+        offsets: dict[int, collections.Counter[int]] = collections.defaultdict(collections.Counter)
         for line in script.stdout.splitlines():
             parts = line.split(None, 1)
             if not parts:
                 continue
-            name = parts[1].strip() if len(parts) > 1 else "[unknown]"
-            samples[name] += 1
-            if name in starts:
-                ips[name].append(int(parts[0], 16) - starts[name])
+            samples[parts[1].strip() if len(parts) > 1 else "[unknown]"] += 1
+            ip = int(parts[0], 16)
+            i = bisect.bisect_right(starts, ip) - 1
+            if i >= 0 and ip < starts[i] + kernels[i].symbol.size:
+                offsets[i][ip - starts[i]] += 1
         total = sum(samples.values())
         print(f"{args.case}: simulate {cpu:.2f} CPU s, {res.events:,} flit-hop events "
               f"({res.events / max(cpu, 1e-9) / 1e6:.2f} M/s), {total:,} samples at {args.hz} Hz")
         print(f"{'share':>7} {'samples':>8}  function")
         for name, n in samples.most_common(args.top):
             print(f"{100 * n / max(total, 1):6.2f}% {n:8d}  {name}")
-        kernels = [(n, name) for name, n in samples.items() if name in where]
-        if args.hot and kernels:
-            _, top = max(kernels)
-            offsets = collections.Counter(ips[top])
+        if args.hot and offsets:
+            i = max(offsets, key=lambda k: (offsets[k].total(), -k))
+            top, hits = kernels[i], offsets[i]
             lines: collections.Counter[int] = collections.Counter()
-            for off, n in offsets.items():
+            for off, n in hits.items():
                 lines[off // 64] += n
             acc = need = 0
             for n in sorted(lines.values(), reverse=True):
                 acc += n
                 need += 1
-                if acc >= 0.9 * samples[top]:
+                if acc >= 0.9 * hits.total():
                     break
-            print(f"\n{top}: {samples[top]:,} samples over {len(lines)} cache lines of code; "
+            print(f"\n{top.name}: {hits.total():,} samples over {len(lines)} cache lines of code; "
                   f"90 % in {need} lines ({need * 64:,} bytes)")
-            asm = _disassembly(*where[top])
-            for off, n in offsets.most_common(args.hot):
-                print(f"{100 * n / samples[top]:6.2f}%  +0x{off:05x}  {asm.get(off, '?')}")
+            asm = _disassembly(top.path, top.symbol)
+            for off, n in hits.most_common(args.hot):
+                print(f"{100 * n / hits.total():6.2f}%  +0x{off:05x}  {asm.get(off, '?')}")
 
 
 if __name__ == "__main__":
