@@ -462,9 +462,9 @@ def heap_top_time(st: Any) -> float:
 # each class also lets the loop prefetch the rows they will touch.
 
 def _prefetch_typer(typingctx: Any, arr: Any, row: Any) -> Any:
-    """``_prefetch(arr, row)``: hint the CPU to fetch the cache line of ``arr[row, 0]`` (no
-    effect on results; a hint never faults)."""
-    if not (isinstance(arr, types.Array) and arr.ndim == 2 and isinstance(row, types.Integer)):
+    """``_prefetch(arr, row)``: hint the CPU to fetch the cache line of ``arr[row, 0]`` (of
+    ``arr[row]`` for a 1-d array; no effect on results; a hint never faults)."""
+    if not (isinstance(arr, types.Array) and arr.ndim in (1, 2) and isinstance(row, types.Integer)):
         return None
     sig = types.void(arr, row)
 
@@ -472,11 +472,11 @@ def _prefetch_typer(typingctx: Any, arr: Any, row: Any) -> Any:
         aryty = signature.args[0]
         ary = context.make_array(aryty)(context, builder, args[0])
         r = context.cast(builder, args[1], signature.args[1], types.intp)
-        zero = context.get_constant(types.intp, 0)
+        inds = [r, context.get_constant(types.intp, 0)][:aryty.ndim]
         ptr = cgutils.get_item_pointer2(context, builder, data=ary.data,
                                         shape=cgutils.unpack_tuple(builder, ary.shape),
                                         strides=cgutils.unpack_tuple(builder, ary.strides),
-                                        layout=aryty.layout, inds=[r, zero], wraparound=False,
+                                        layout=aryty.layout, inds=inds, wraparound=False,
                                         boundscheck=False)
         i8p = ir.IntType(8).as_pointer()
         i32 = ir.IntType(32)
@@ -491,8 +491,10 @@ def _prefetch_typer(typingctx: Any, arr: Any, row: Any) -> Any:
 _prefetch: Any = intrinsic(_prefetch_typer)
 
 #: how many events ahead in a ring the loop prefetches packet rows, then (once those are in
-#: cache) edge rows, then virtual-channel rows: each stage needs the rows of the one before
+#: cache) the path-table entries that name their edges, then edge rows, then virtual-channel
+#: rows: each stage needs the rows of the one before
 _PF_AHEAD = 8
+_PF_PATHS = 5
 _PF_EDGES = 3
 _PF_VCS = 1
 
@@ -558,6 +560,16 @@ def _prefetch_packet(net: Any, st: Any, key: int) -> None:
         p = pay >> 3
         _prefetch(st.pi, p)
         _prefetch(st.pf, p)
+
+
+@_hot
+def _prefetch_path(net: Any, st: Any, key: int) -> None:
+    """Prefetch the path-table entries (``seg_edge``) that name the edges of an upcoming
+    arrival (its packet row was prefetched earlier): the lookup of those edges' rows waits on
+    them otherwise."""
+    pay = key & ((1 << _PAY_BITS) - 1)
+    if pay & 7 == EV_ARRIVE:
+        _prefetch(net.seg_edge, st.pi[pay >> 3, PI_POS])
 
 
 @_hot
@@ -642,6 +654,8 @@ def ev_pop_before(net: Any, st: Any, before: float) -> tuple[float, int]:
         fqh[best] = st.fq[best * C + h, 0]
         if n > _PF_AHEAD:
             _prefetch_packet(net, st, st.fqk[best * C + ((h + _PF_AHEAD) & (C - 1)), 1])
+        if n > _PF_PATHS:
+            _prefetch_path(net, st, st.fqk[best * C + ((h + _PF_PATHS) & (C - 1)), 1])
         if n > _PF_EDGES:
             _prefetch_edges(net, st, st.fqk[best * C + ((h + _PF_EDGES) & (C - 1)), 1])
         if n > _PF_VCS:

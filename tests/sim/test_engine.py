@@ -209,6 +209,26 @@ def test_heaps_are_zeroed_aligned_views_and_windowed_ones_on_small_pages(domains
     assert isinstance(_owner(h), mmap.mmap) == (domains > 1)
 
 
+@njit
+def _prefetch_each(rows, flat):  # type: ignore[no-untyped-def]
+    for i in range(rows.shape[0]):
+        eng._prefetch(rows, i)
+    for i in range(flat.shape[0]):
+        eng._prefetch(flat, i)
+    return rows.sum() + flat.sum()
+
+
+def test_prefetch_hints_rows_and_entries_without_touching_them() -> None:
+    # the loop prefetches rows of 2-d state arrays and entries of the 1-d path table
+    # (engine._prefetch_path); a hint compiles for both and changes nothing
+    rows = np.arange(24.0).reshape(6, 4)
+    flat = np.arange(7, dtype=np.int32)
+    before = rows.copy(), flat.copy()
+    assert _prefetch_each(rows, flat) == rows.sum() + flat.sum()
+    assert np.array_equal(rows, before[0])
+    assert np.array_equal(flat, before[1])
+
+
 def test_long_packet_streams_at_the_bottleneck() -> None:
     # one packet of 64 flits over 3 links: head latency plus 63 flits of serialization
     mesh = noc.build_mesh(3, 1, "iq")
