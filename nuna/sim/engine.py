@@ -608,6 +608,24 @@ def _prefetch_vcs(net: Any, st: Any, key: int) -> None:
 
 
 @_hot
+def _prefetch_heap_top(st: Any) -> None:
+    """Prefetch the row the current domain's next heap event starts from (an edge's for a
+    wake-up, a packet's for a set-up end or a delivery): unlike a ring's arrivals, heap events
+    are known only one ahead."""
+    g = st.ctr[C_DOM]
+    if st.qn[g, 0] > 0:
+        pay = st.heapk[g * st.ctr[C_HROWS] + 3, 1] & ((1 << _PAY_BITS) - 1)
+        kind = pay & 7
+        x = pay >> 3
+        if kind == EV_WAKE:
+            _prefetch(st.ef, x)
+            _prefetch(st.ei, x)
+        elif kind <= EV_HEAD:
+            _prefetch(st.pi, x)
+            _prefetch(st.pf, x)
+
+
+@_hot
 def ev_pop(net: Any, st: Any) -> tuple[float, int]:
     """Remove and return ``(time, payload)`` of the current domain's earliest event (its queue
     must not be empty)."""
@@ -640,7 +658,9 @@ def ev_pop_before(net: Any, st: Any, before: float) -> tuple[float, int]:
     if bt >= before:
         return bt, -1
     if best < 0:
-        return heap_pop(st)
+        t, pay = heap_pop(st)
+        _prefetch_heap_top(st)
+        return t, pay
     fqs = st.fqs
     C = st.ctr[C_QC]
     h = fqs[best, 0]
