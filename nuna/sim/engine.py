@@ -564,9 +564,9 @@ def _prefetch_packet(net: Any, st: Any, key: int) -> None:
 
 @_hot
 def _prefetch_path(net: Any, st: Any, key: int) -> None:
-    """Prefetch the path-table entries (``seg_edge``) that name the edges of an upcoming
-    arrival (its packet row was prefetched earlier): the lookup of those edges' rows waits on
-    them otherwise."""
+    """Prefetch the path-table entry (``seg_edge``) naming the edge an upcoming arrival lands
+    on, usually on the cache line of its next one (its packet row was prefetched earlier): the
+    edge-row stage waits on it otherwise."""
     pay = key & ((1 << _PAY_BITS) - 1)
     if pay & 7 == EV_ARRIVE:
         _prefetch(net.seg_edge, st.pi[pay >> 3, PI_POS])
@@ -610,8 +610,8 @@ def _prefetch_vcs(net: Any, st: Any, key: int) -> None:
 @_hot
 def _prefetch_heap_top(st: Any) -> None:
     """Prefetch the row the current domain's next heap event starts from (an edge's for a
-    wake-up, a packet's for a set-up end or a delivery): unlike a ring's arrivals, heap events
-    are known only one ahead."""
+    wake-up, a packet's for an arrival, a set-up end or a delivery): unlike a ring's arrivals,
+    heap events are known only one ahead."""
     g = st.ctr[C_DOM]
     if st.qn[g, 0] > 0:
         pay = st.heapk[g * st.ctr[C_HROWS] + 3, 1] & ((1 << _PAY_BITS) - 1)
