@@ -620,7 +620,7 @@ def _prefetch_heap_top(st: Any) -> None:
         if kind == EV_WAKE:
             _prefetch(st.ef, x)
             _prefetch(st.ei, x)
-        elif kind <= EV_HEAD:
+        elif kind in (EV_ARRIVE, EV_HEAD, EV_DELIVER):  # packet events
             _prefetch(st.pi, x)
             _prefetch(st.pf, x)
 
