@@ -283,6 +283,7 @@ def _new_heap(events: int, domains: int = 1) -> tuple[F8, I8]:
 
 #: payload bits of a heap key; the sequence number is above them
 _PAY_BITS = 28
+_PAY_MASK = (1 << _PAY_BITS) - 1
 
 
 def make_state(net: Any, packets: int, heap: int, ring: int, domains: int = 1, block: int = 0,
@@ -368,6 +369,12 @@ def heap_capacity(st: Any) -> int:
     return st.ctr[C_HROWS] - 3
 
 
+@_hot
+def heap_root(st: Any, g: int) -> int:
+    """Row of domain ``g``'s heap root (node ``i`` is ``i`` rows below it, see :func:`_new_heap`)."""
+    return g * st.ctr[C_HROWS] + 3
+
+
 # --- event heap --------------------------------------------------------------------------
 
 @_hot
@@ -382,7 +389,7 @@ def heap_push_to(st: Any, g: int, t: float, pay: int) -> None:
     if n >= cap:
         ctr[C_OVERFLOW] = 1
         return
-    b = g * ctr[C_HROWS] + 3  # row of the domain's root
+    b = heap_root(st, g)
     key = (ctr[C_SEQ] << _PAY_BITS) | pay
     ctr[C_SEQ] += 1
     i = n
@@ -413,10 +420,10 @@ def heap_pop(st: Any) -> tuple[float, int]:
     h = st.heap
     hk = st.heapk
     g = st.ctr[C_DOM]
-    b = g * st.ctr[C_HROWS] + 3
+    b = heap_root(st, g)
     n = st.qn[g, 0] - 1
     t0 = h[b, 0]
-    p0 = hk[b, 1] & ((1 << _PAY_BITS) - 1)
+    p0 = hk[b, 1] & _PAY_MASK
     st.qn[g, 0] = n
     if n > 0:
         t = h[b + n, 0]
@@ -452,7 +459,7 @@ def heap_top_time(st: Any) -> float:
     g = st.ctr[C_DOM]
     if st.qn[g, 0] == 0:
         return INF
-    return st.heap[g * st.ctr[C_HROWS] + 3, 0]
+    return st.heap[heap_root(st, g), 0]
 
 
 # --- the event queue: the heap plus one FIFO per delay class ------------------------------
@@ -556,11 +563,18 @@ def ev_top_time(st: Any) -> float:
 
 
 @_hot
+def _arrival(key: int) -> int:
+    """The packet of a ring entry's key if the event is an arrival (the kind the prefetch
+    stages look ahead for), else -1."""
+    pay = key & _PAY_MASK
+    return pay >> 3 if pay & 7 == EV_ARRIVE else -1
+
+
+@_hot
 def _prefetch_packet(net: Any, st: Any, key: int) -> None:
     """Prefetch the packet row of an upcoming arrival."""
-    pay = key & ((1 << _PAY_BITS) - 1)
-    if pay & 7 == EV_ARRIVE:
-        p = pay >> 3
+    p = _arrival(key)
+    if p >= 0:
         _prefetch(st.pi, p)
         _prefetch(st.pf, p)
 
@@ -570,18 +584,17 @@ def _prefetch_path(net: Any, st: Any, key: int) -> None:
     """Prefetch the path-table entry (``seg_edge``) naming the edge an upcoming arrival lands
     on, usually on the cache line of its next one (its packet row was prefetched earlier): the
     edge-row stage waits on it otherwise."""
-    pay = key & ((1 << _PAY_BITS) - 1)
-    if pay & 7 == EV_ARRIVE:
-        _prefetch(net.seg_edge, st.pi[pay >> 3, PI_POS])
+    p = _arrival(key)
+    if p >= 0:
+        _prefetch(net.seg_edge, st.pi[p, PI_POS])
 
 
 @_hot
 def _prefetch_edges(net: Any, st: Any, key: int) -> None:
     """Prefetch the rows of the edge an upcoming arrival lands on and of the edge it asks for
     next (its packet row was prefetched earlier)."""
-    pay = key & ((1 << _PAY_BITS) - 1)
-    if pay & 7 == EV_ARRIVE:
-        p = pay >> 3
+    p = _arrival(key)
+    if p >= 0:
         e = cur_edge(net, st, p)
         _prefetch(st.ei, e)
         _prefetch(st.ef, e)
@@ -597,9 +610,8 @@ def _prefetch_vcs(net: Any, st: Any, key: int) -> None:
     """Prefetch the virtual-channel rows an upcoming arrival touches (its edges' rows were
     prefetched earlier): its own in the buffer it lands in and the one the round-robin pointer
     of its next edge offers."""
-    pay = key & ((1 << _PAY_BITS) - 1)
-    if pay & 7 == EV_ARRIVE:
-        p = pay >> 3
+    p = _arrival(key)
+    if p >= 0:
         k = st.ei[cur_edge(net, st, p), EI_VBASE]
         if k >= 0:
             _prefetch(st.vf, k + st.pi[p, PI_VC])
@@ -617,7 +629,7 @@ def _prefetch_heap_top(st: Any) -> None:
     heap events are known only one ahead."""
     g = st.ctr[C_DOM]
     if st.qn[g, 0] > 0:
-        pay = st.heapk[g * st.ctr[C_HROWS] + 3, 1] & ((1 << _PAY_BITS) - 1)
+        pay = st.heapk[heap_root(st, g), 1] & _PAY_MASK
         kind = pay & 7
         x = pay >> 3
         if kind == EV_WAKE:
@@ -652,10 +664,7 @@ def ev_pop_before(net: Any, st: Any, before: float) -> tuple[float, int]:
         elif t == bt and t < INF:
             C = st.ctr[C_QC]
             key = st.fqk[c * C + st.fqs[c, 0], 1]
-            if best < 0:
-                other = st.heapk[g * st.ctr[C_HROWS] + 3, 1]
-            else:
-                other = st.fqk[best * C + st.fqs[best, 0], 1]
+            other = st.heapk[heap_root(st, g), 1] if best < 0 else st.fqk[best * C + st.fqs[best, 0], 1]
             if key < other:
                 best = c
     if bt >= before:
@@ -685,7 +694,7 @@ def ev_pop_before(net: Any, st: Any, before: float) -> tuple[float, int]:
             _prefetch_vcs(net, st, st.fqk[best * C + ((h + _PF_VCS) & (C - 1)), 1])
     else:
         fqh[best] = INF
-    return bt, key & ((1 << _PAY_BITS) - 1)
+    return bt, key & _PAY_MASK
 
 
 
