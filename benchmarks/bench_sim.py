@@ -10,13 +10,16 @@ placement):
 - 64 GPUs, 1 MB, 256-byte flits (target <= 20 s);
 - 64 GPUs, 1 GB, ``--packet-bytes auto`` (target <= 120 s);
 - both 64-GPU cases run as the simulator's default does (``SimOptions.windowed``: the 1 MB case
-  windowed, one event queue per GPU; the 1 GB case, whose packets are 64 KiB, with one queue for
-  the pod) and again in the other mode;
+  windowed, one event queue per GPU, its GPUs' windows on every core; the 1 GB case, whose
+  packets are 64 KiB, with one queue for the pod) and again in the other mode; the windowed 1 MB
+  case also on one thread (``SimOptions.threads``), as a sweep's worker runs it;
 - error of ``auto`` and of forced packet sizes against 256-byte flits where both run;
   ``--large`` adds the largest case measured against flits: 64 GPUs, 100 MiB, one threadblock
   per peer, under UA and NAP+NAR (about half an hour: the flits take 1.6-1.7 G events each).
 
-Wall time is what a user waits; CPU time is shown too because the machine may be shared.
+Wall time is what a user waits; CPU time is shown too because the machine may be shared, and
+events per CPU second (the engine's efficiency) beside events per wall second (what a user gets
+from the machine's cores).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ HERE = Path(__file__).resolve()
 
 def _case(name: str, gpus: int, size: int, tbs: int, packet: str,
           windowed: bool | None = None, config: str | None = None,
-          fast_forward: bool = False) -> dict[str, Any]:
+          fast_forward: bool = False, threads: int | None = None) -> dict[str, Any]:
     """Run one replay in this process and return its figures."""
     import resource
 
@@ -47,7 +50,8 @@ def _case(name: str, gpus: int, size: int, tbs: int, packet: str,
     from nuna.topology.spec import load_topology
 
     spec = load_topology("nuna-4die")
-    options = SimOptions(windowed=windowed, fast_forward=FastForward() if fast_forward else None)
+    options = SimOptions(windowed=windowed, fast_forward=FastForward() if fast_forward else None,
+                         threads=threads)
     plan = generate("allgather", gpus, algo="direct", tbs_per_peer=tbs)
     if config is not None:
         plan = apply_config(plan, config, PassContext(spec, size))
@@ -59,7 +63,8 @@ def _case(name: str, gpus: int, size: int, tbs: int, packet: str,
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
     lat = res.remote_store_latency
     return {"case": name, "wall_s": wall, "cpu_s": cpu, "events": res.events,
-            "events_per_cpu_s": res.events / cpu if cpu > 0 else 0.0, "jobs": res.jobs,
+            "events_per_cpu_s": res.events / cpu if cpu > 0 else 0.0,
+            "events_per_wall_s": res.events / wall if wall > 0 else 0.0, "jobs": res.jobs,
             "packet_bytes": res.packet_bytes, "time_ns": res.time_ns, "lower_bound_ns": res.lower_bound_ns,
             "busbw_gbps": res.busbw_gbps, "latency_mean_ns": lat.mean_ns, "latency_p99_ns": lat.p99_ns,
             "latency_max_ns": lat.max_ns,
@@ -90,7 +95,8 @@ def _row(r: dict[str, Any], target: float | None = None) -> str:
     verdict = "" if target is None else (" met" if r["wall_s"] <= target else " NOT met")
     goal = f"<= {target:.0f} s{verdict}" if target is not None else ""
     return (f"{r['case']:<34} {r['wall_s']:8.2f} {r['cpu_s']:8.2f} {r['events'] / 1e6:8.2f} "
-            f"{r['events_per_cpu_s'] / 1e6:7.2f} {r['peak_mib']:8.0f} {r['packet_bytes']:7d} "
+            f"{r['events_per_cpu_s'] / 1e6:7.2f} {r['events_per_wall_s'] / 1e6:7.2f} {r['peak_mib']:8.0f} "
+            f"{r['packet_bytes']:7d} "
             f"{r['time_ns'] / 1000:10.2f} {r['busbw_gbps']:7.1f}  {goal}")
 
 
@@ -108,8 +114,9 @@ def main() -> None:
             name, gpus, size, tbs, packet, *flags = args.case.split(":")
             windowed = True if "windowed" in flags else False if "one-queue" in flags else None
             config = next((f.removeprefix("config=") for f in flags if f.startswith("config=")), None)
+            threads = next((int(f.removeprefix("threads=")) for f in flags if f.startswith("threads=")), None)
             print(json.dumps(_case(name, int(gpus), int(size), int(tbs), packet, windowed, config,
-                                   "ff" in flags)))
+                                   "ff" in flags, threads)))
         return
 
     with tempfile.TemporaryDirectory() as cache:
@@ -119,20 +126,21 @@ def main() -> None:
     print(f"numba kernels: cold compile {cold['wall_s']:.1f} s, warm (cached) start {warm['wall_s']:.1f} s "
           f"(including imports and one tiny replay and NoC run)")
 
-    header = (f"{'case':<34} {'wall s':>8} {'cpu s':>8} {'Mevents':>8} {'Mev/s':>7} {'peak MiB':>8} "
-              f"{'packet':>7} {'time us':>10} {'busbw':>7}  target")
+    header = (f"{'case':<34} {'wall s':>8} {'cpu s':>8} {'Mevents':>8} {'Mev/s':>7} {'Mev/ws':>7} "
+              f"{'peak MiB':>8} {'packet':>7} {'time us':>10} {'busbw':>7}  target")
     print("\n" + header)
     _spawn(["--case", "warmup:2:65536:1:256"])  # make sure the cache is warm for the timed cases
     small = _spawn(["--case", f"8 GPUs 1 MB 1008 tbs/GPU:8:{1_000_000}:144:256"])
     print(_row(small, 2.0))
     print(_row(_spawn(["--case", f"64 GPUs 1 MB:64:{1_000_000}:1:256"]), 20.0))
+    print(_row(_spawn(["--case", f"64 GPUs 1 MB 1 thread:64:{1_000_000}:1:256:threads=1"]), 20.0))
     print(_row(_spawn(["--case", f"64 GPUs 1 MB one queue:64:{1_000_000}:1:256:one-queue"]), 20.0))
     if not args.quick:
         print(_row(_spawn(["--case", f"64 GPUs 1 GB auto:64:{1_000_000_000}:1:auto"]), 120.0))
         other = f"64 GPUs 1 GB auto windowed:64:{1_000_000_000}:1:auto:windowed"
         print(_row(_spawn(["--case", other]), 120.0))
-    print("Mev/s = flit-hop events (grants of physical edges) per CPU second of the whole replay "
-          "(target >= 3); peak = max RSS of the case's process (target <= 4096 MiB)")
+    print("Mev/s = flit-hop events (grants of physical edges) per CPU second of the whole replay, "
+          "Mev/ws per wall second (target >= 3); peak = max RSS of the case's process (target <= 4096 MiB)")
 
     print(f"\nFig 10a (8 GPUs, 1 MB, 1,008 threadblocks/GPU, UA): remote-store latency mean "
           f"{small['latency_mean_ns']:.0f} ns, p99 {small['latency_p99_ns']:.0f} ns, "

@@ -101,6 +101,9 @@ def simulate(
                                       "and replay their ends (sampled simulation: -2.4% to +1.8% against "
                                       "the full replay where measured, docs/simulator.md section 7; "
                                       "not with --trace)."),
+    threads: int | None = typer.Option(None, "--threads", min=1, help="Threads a windowed replay runs its "
+                                       "GPUs on (the result does not depend on it). Default: every core.",
+                                       show_default=False),
     bounds_only: bool = typer.Option(False, "--bounds-only", help="Only the lower bound and the placement "
                                      "floor (what no placement or routing beats), without the replay: "
                                      "seconds where a large replay takes minutes."),
@@ -119,7 +122,8 @@ def simulate(
     packets = _packet_bytes(packet_bytes)
     if max_packet_bytes is not None and packets != "auto":
         raise UsageError("--max-packet-bytes caps what --packet-bytes auto picks; give one or the other")
-    options = SimOptions(windowed=windowed, fast_forward=FastForward() if fast_forward else None)
+    options = SimOptions(windowed=windowed, fast_forward=FastForward() if fast_forward else None,
+                         threads=threads)
     if max_packet_bytes is not None:
         options = dataclasses.replace(options, max_packet_bytes=_size(max_packet_bytes))
     spec = load_topology(topology)

@@ -241,8 +241,13 @@ def _run_dask(tasks: Sequence[Task], jobs: int | None, scheduler: str | None) ->
     cluster: Any = None
     try:
         if scheduler is None:
-            cluster = LocalCluster(n_workers=max(1, min(jobs or default_jobs(), len(tasks))),
-                                   threads_per_worker=1, processes=True, dashboard_address=None)
+            workers = max(1, min(jobs or default_jobs(), len(tasks)))
+            # as the local pool's: the cores are shared between workers (a windowed replay runs
+            # its GPUs on numba's threads, which would each claim every core)
+            threads = str(max(1, default_jobs() // workers))
+            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                   dashboard_address=None,
+                                   env={name: os.environ.get(name, threads) for name in _THREAD_VARIABLES})
             client = Client(cluster)
             client.run(tune_gc)  # workers we started are ours to tune, as the local pool's are
         else:

@@ -40,7 +40,7 @@ from typing import Any, TypeVar, cast
 import numpy as np
 import numpy.typing as npt
 from llvmlite import ir
-from numba import njit, types
+from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
@@ -98,7 +98,14 @@ C_QD = 12  # delay-class rings per domain
 C_QC = 13  # slots per ring (a power of two)
 C_HROWS = 14  # rows per domain's heap
 C_PILEUP = 15  # 1: a waiting head packet holds the bytes that have come in behind it (``_pile_up``)
-NCTR = 16
+# windowed scheduling: a domain's posts to other domains wait in its outbox until the window's
+# end (:func:`replay_loop`); entries in it, its rows, and the count at which the domain stops
+# its window early so that one more event's posts still fit
+C_OBN = 16
+C_OBCAP = 17
+C_OBLIM = 18
+C_STATUS = 19  # how the domain's last window ended (DONE, NEED_HEAP, OVERFLOW or CUT)
+NCTR = 24
 
 # State.ef columns (per edge, floats; one 64-byte row): latency, ns per byte, credit delay,
 # head set-up (static); link idle from, input port idle from, earliest pending wake, busy time
@@ -160,6 +167,14 @@ State = namedtuple(
         "fqh",  # f8[G * D] time of each ring's first event (inf when empty)
         "qn",  # i8[G, 2] events in each domain's heap and rings
         "ctr",  # i8[NCTR]
+        # windowed scheduling (G > 1): each domain's own counters, arbitration stack and waits
+        # (``ctr``, ``stack`` and ``wait`` of its view, :func:`domain_state`; the state's own
+        # hold the totals when the loop returns), and the outboxes: G rows of C_OBCAP entries
+        "dctr",  # i8[G, NCTR]
+        "dstack",  # i4[G, edges per domain]
+        "dwait",  # f8[G, K]
+        "ob",  # f8[G * C_OBCAP, 4] posts to other domains: time, then (int) key, domain, class
+        "obk",  # i8[G * C_OBCAP, 4] the same memory
     ],
 )
 
@@ -284,6 +299,12 @@ def _new_heap(events: int, domains: int = 1) -> tuple[F8, I8]:
 #: payload bits of a heap key; the sequence number is above them
 _PAY_BITS = 28
 _PAY_MASK = (1 << _PAY_BITS) - 1
+#: windowed scheduling: the sequence of an event posted by another domain has this bit set
+#: (after the domain's own events of the same time), then the poster (8 bits, so at most 256
+#: domains) and the low bits of the poster's own sequence
+_FOREIGN = 1 << 34
+_SRC_SEQ_BITS = 26
+MAX_DOMAINS = 1 << (34 - _SRC_SEQ_BITS)
 
 
 def make_state(net: Any, packets: int, heap: int, ring: int, domains: int = 1, block: int = 0,
@@ -333,9 +354,21 @@ def make_state(net: Any, packets: int, heap: int, ring: int, domains: int = 1, b
     ctr[C_QC] = C
     # 32-byte packet rows: a row never straddles two cache lines
     K = int(net.ei[:, EI_WCLASS].max()) + 1 if E else 1
+    # windowed: a domain's outbox holds its posts of one window (cut short when it fills up:
+    # one event's posts, at most one per edge it grants, always fit above C_OBLIM)
+    B = int(ctr[C_BLOCK])
+    obcap = B + 64 + max(4096, (in_flight or P) // G) if G > 1 else 1
+    ctr[C_OBCAP] = obcap
+    ctr[C_OBLIM] = obcap - B - 64 if G > 1 else _BIG
+    dctr = np.tile(ctr, (G, 1))
+    dctr[:, C_DOM] = np.arange(G)
+    if G > MAX_DOMAINS:
+        raise ValueError(f"too many domains for the event keys ({G} > {MAX_DOMAINS})")
+    ob = np.zeros((G * obcap, 4)) if G > 1 else np.zeros((1, 4))
     return State(ef, ei, np.zeros(max(1, E), np.int32), vf, pi, _aligned(4 * P).reshape(P, 4),
                  np.zeros(K), h, hk, fq, fq.view(np.int64), np.zeros((G * D, 2), np.int64),
-                 np.full(G * D, INF), np.zeros((G, 2), np.int64), ctr)
+                 np.full(G * D, INF), np.zeros((G, 2), np.int64), ctr,
+                 dctr, np.zeros((G, B if G > 1 else 1), np.int32), np.zeros((G, K)), ob, ob.view(np.int64))
 
 
 def edge_bytes(st: Any) -> npt.NDArray[np.int64]:
@@ -359,7 +392,9 @@ def grow_heap(st: Any, events: int) -> Any:
         h[g * rows_new:g * rows_new + rows_old] = st.heap[g * rows_old:(g + 1) * rows_old]
     ctr = st.ctr.copy()
     ctr[C_HROWS] = rows_new
-    return st._replace(heap=h, heapk=hk, ctr=ctr)
+    dctr = st.dctr.copy()
+    dctr[:, C_HROWS] = rows_new
+    return st._replace(heap=h, heapk=hk, ctr=ctr, dctr=dctr)
 
 
 @_hot
@@ -381,23 +416,29 @@ def heap_root(st: Any, g: int) -> int:
 def heap_push_to(st: Any, g: int, t: float, pay: int) -> None:
     """Schedule payload ``pay`` at time ``t`` in domain ``g``'s heap; sets the overflow counter
     when it is full. Keys are ``(time, sequence)``: equal times pop in insertion order."""
-    h = st.heap
-    hk = st.heapk
     ctr = st.ctr
-    n = st.qn[g, 0]
-    cap = heap_capacity(st)
-    if n >= cap:
-        ctr[C_OVERFLOW] = 1
-        return
-    b = heap_root(st, g)
     key = (ctr[C_SEQ] << _PAY_BITS) | pay
     ctr[C_SEQ] += 1
+    heap_push_key(st, g, t, key)
+
+
+@_hot
+def heap_push_key(st: Any, g: int, t: float, key: int) -> None:
+    """Put event ``key`` (sequence and payload) at ``t`` into domain ``g``'s heap."""
+    h = st.heap
+    hk = st.heapk
+    n = st.qn[g, 0]
+    if n >= heap_capacity(st):
+        st.ctr[C_OVERFLOW] = 1
+        return
+    b = heap_root(st, g)
     i = n
     while i > 0:
         parent = (i - 1) >> 2
         pt = h[b + parent, 0]
-        # the new key's sequence is the largest yet: an equal time stays below its parent
-        if pt <= t:
+        # a domain's own keys grow, so an equal time stays below its parent; only a key posted
+        # by another domain (windowed) may need the comparison
+        if pt < t or (pt == t and hk[b + parent, 1] < key):
             break
         h[b + i, 0] = pt
         hk[b + i, 1] = hk[b + parent, 1]
@@ -513,6 +554,16 @@ _PF_VCS = 1
 def ev_push_to(st: Any, g: int, cls: int, t: float, pay: int) -> None:
     """Schedule payload ``pay`` at ``t`` in domain ``g``: in delay class ``cls``'s ring when it
     keeps the ring sorted and fits, else in the heap."""
+    ctr = st.ctr
+    key = (ctr[C_SEQ] << _PAY_BITS) | pay
+    ctr[C_SEQ] += 1
+    ev_push_key(st, g, cls, t, key)
+
+
+@_hot
+def ev_push_key(st: Any, g: int, cls: int, t: float, key: int) -> None:
+    """Put event ``key`` (sequence and payload) at ``t`` into domain ``g``'s queue: the ring of
+    delay class ``cls`` if it stays sorted by ``(time, key)`` and has room, else the heap."""
     if cls >= 0:
         fqs = st.fqs
         C = st.ctr[C_QC]
@@ -520,18 +571,16 @@ def ev_push_to(st: Any, g: int, cls: int, t: float, pay: int) -> None:
         n = fqs[q, 1]
         if n < C:
             last = q * C + ((fqs[q, 0] + n - 1) & (C - 1))
-            if n == 0 or st.fq[last, 0] <= t:
-                ctr = st.ctr
+            if n == 0 or st.fq[last, 0] < t or (st.fq[last, 0] == t and st.fqk[last, 1] < key):
                 r = q * C + ((fqs[q, 0] + n) & (C - 1))
                 st.fq[r, 0] = t
-                st.fqk[r, 1] = (ctr[C_SEQ] << _PAY_BITS) | pay
-                ctr[C_SEQ] += 1
+                st.fqk[r, 1] = key
                 fqs[q, 1] = n + 1
                 st.qn[g, 1] += 1
                 if n == 0:
                     st.fqh[q] = t
                 return
-    heap_push_to(st, g, t, pay)
+    heap_push_key(st, g, t, key)
 
 
 @_hot
@@ -971,12 +1020,39 @@ def _post_arrival(net: Any, st: Any, p: int, e: int, t: float) -> None:
     block = st.ctr[C_BLOCK]
     leg, pos, _ = next_pos(net, st, p)
     if leg >= 0:
-        ev_push_to(st, edge_of(net, st, p, leg, pos) // block, st.ei[e, EI_DCLASS], t, EV_ARRIVE | (p << 3))
+        _post_to(st, edge_of(net, st, p, leg, pos) // block, st.ei[e, EI_DCLASS], t, EV_ARRIVE | (p << 3))
         return
     home = st.pi[p, PI_BASE0] // block
-    ev_push_to(st, home, st.ei[e, EI_DCLASS], t, EV_ARRIVE | (p << 3))
+    _post_to(st, home, st.ei[e, EI_DCLASS], t, EV_ARRIVE | (p << 3))
     if home != st.ctr[C_DOM]:
+        st.pi[p, PI_RNEXT] = -1  # set to -2 once the landing below has read the packet's row
         heap_push(st, st.pf[p, 0], EV_LAND | (p << 3))
+
+
+@_hot
+def _post_to(st: Any, g: int, cls: int, t: float, pay: int) -> None:
+    """Schedule payload ``pay`` at ``t`` (delay class ``cls``) in domain ``g``: at once in the
+    current domain, else through the current domain's outbox, which :func:`replay_loop`
+    empties at the window's end (domains may run their windows at the same time)."""
+    ctr = st.ctr
+    if g == ctr[C_DOM]:
+        ev_push_to(st, g, cls, t, pay)
+        return
+    n = ctr[C_OBN]
+    if n >= ctr[C_OBCAP]:  # cannot happen: a domain stops its window at C_OBLIM
+        ctr[C_OVERFLOW] = 1
+        return
+    r = ctr[C_DOM] * ctr[C_OBCAP] + n
+    # the key orders the event after the receiving domain's own ones of the same time, and
+    # among other domains' by (poster, its sequence): not by when the post is delivered, so
+    # that neither threads nor windows cut short change the replay
+    seq = _FOREIGN | (ctr[C_DOM] << _SRC_SEQ_BITS) | (ctr[C_SEQ] & ((1 << _SRC_SEQ_BITS) - 1))
+    ctr[C_SEQ] += 1
+    st.ob[r, 0] = t
+    st.obk[r, 1] = (seq << _PAY_BITS) | pay
+    st.obk[r, 2] = g
+    st.obk[r, 3] = cls
+    ctr[C_OBN] = n + 1
 
 
 @_hot
@@ -1547,6 +1623,14 @@ Replay = namedtuple(
         "seg_ret",
         # parameters and counters
         "par_i", "par_f", "rc",
+        # windowed scheduling: remote stores landed on the sender's side, to be freed (a
+        # domain's, in its view)
+        "defer",
+        # windowed scheduling: each domain's counters, ready steps, free job and packet slots
+        # (its share of the pools), statistics and landed stores to be freed; a domain's view
+        # (:func:`domain_replay`) has them as rc, ready, js_free, pk_free, hist, stat_f and
+        # defer, and the replay's own hold the totals when the loop returns
+        "d_rc", "d_ready", "d_js_free", "d_pk_free", "d_hist", "d_stat_f", "d_defer",
     ],
 )
 
@@ -1556,7 +1640,8 @@ P_CUS, P_LIMIT, P_REQ, P_BLOCK, P_SEG_REQ, P_SEG_READ, P_SEG_STORE, P_SEG_OUT, P
 # par_f
 F_BIN, F_TRACE_DT, F_WINDOW, F_STOP = range(4)
 # rc counters
-R_JS_FREE, R_PK_FREE, R_READY, R_DONE, R_INIT, R_TR_N, R_LATE, R_LOSTJOB = range(8)
+R_JS_FREE, R_PK_FREE, R_READY, R_DONE, R_INIT, R_TR_N, R_LATE, R_LOSTJOB, R_DEFER = range(9)
+NRC = 16
 # stat_f
 S_LAT_SUM, S_LAT_W, S_LAT_MAX, S_TR_NEXT, S_REMOTE_BYTES, S_READY_SUM = range(6)
 # node states
@@ -1565,6 +1650,8 @@ N_WAIT, N_DATA, N_RUN, N_DONE = 0, 1, 2, 3
 K_LOAD, K_ALU, K_STORE, K_REMOTE = 0, 1, 2, 3
 # loop status (PAUSED: no event is left before ``par_f[F_STOP]``, see nuna.sim.fastforward)
 DONE, NEED_HEAP, OVERFLOW, PAUSED = 0, 1, 2, 3
+#: a domain's window ended early: its outbox is nearly full (internal to replay_loop)
+CUT = 4
 
 
 @_jit
@@ -1877,17 +1964,12 @@ def _land(net: Any, st: Any, R: Any, n: int, nbytes: int, now: float) -> None:
 @_jit
 def _packet_landed(net: Any, st: Any, R: Any, p: int, now: float) -> None:
     """EV_LAND (windowed scheduling): the tail of remote store ``p`` landed in the receiver's
-    domain. Its sender's side (``_packet_done``) runs at the same time in the sender's domain;
-    ``st.pf[p, 3]`` holds the send step, -1 once the receiver is done, ``-(step + 2)`` once the
-    sender is: the second of the two frees the packet."""
-    v = st.pf[p, 3]
+    domain. Its sender's side (``_packet_done``) runs at the same time in the sender's domain,
+    maybe on another thread: neither frees the packet, the window's end does once both are
+    done (``PI_RNEXT`` -2: this side has read the row; see :func:`_free_landed`)."""
+    n = int(st.pf[p, 3])
     nbytes = st.pi[p, PI_SIZE1]
-    if v >= 0.0:
-        n = int(v)
-        st.pf[p, 3] = -1.0
-    else:
-        n = int(-v - 2.0)
-        _free_packet(R, p)
+    st.pi[p, PI_RNEXT] = -2
     _land(net, st, R, n, nbytes, now)
 
 
@@ -1921,10 +2003,10 @@ def _packet_done(net: Any, st: Any, R: Any, p: int, now: float) -> None:
         R.hist[b] += w
         if not split:
             _land(net, st, R, n, R.j_bytes[j], now)
-        elif st.pf[p, 3] == -1.0:
-            _free_packet(R, p)
-        else:
-            st.pf[p, 3] = -st.pf[p, 3] - 2.0
+        else:  # freed at a window's end once the receiver's side has run (_free_landed)
+            d = R.rc[R_DEFER]
+            R.defer[d] = p
+            R.rc[R_DEFER] = d + 1
     ret = _response_ns(R, js, kind)
     if ret > 0.0:
         heap_push(st, now + ret, EV_RESPONSE_TAIL | (js << 3))
@@ -1988,19 +2070,132 @@ def _replay_event(net: Any, st: Any, R: Any, now: float, pay: int) -> None:
     drain_arbitrations(net, st, now)
 
 
+@_hot
+def domain_state(st: Any, g: int) -> Any:
+    """Windowed scheduling: domain ``g``'s view of ``st`` (its own counters, arbitration stack
+    and waits; every other array shared, each domain touching only its own rows)."""
+    return State(st.ef, st.ei, st.dstack[g], st.vf, st.pi, st.pf, st.dwait[g], st.heap, st.heapk, st.fq,
+                 st.fqk, st.fqs, st.fqh, st.qn, st.dctr[g], st.dctr, st.dstack, st.dwait, st.ob, st.obk)
+
+
+@_hot
+def domain_replay(R: Any, g: int) -> Any:
+    """Windowed scheduling: domain ``g``'s view of ``R`` (its own counters, ready steps, pool
+    shares, statistics and landed stores; the step, job and CU arrays shared, each domain
+    touching only its GPU's)."""
+    return Replay(R.n_type, R.n_gpu, R.n_cu, R.n_peer, R.n_succ_ptr, R.n_succ, R.match_recv, R.n_job_ptr,
+                  R.n_state, R.n_indeg, R.n_land, R.n_next_job, R.n_jobs_left, R.n_t_ready, R.n_t_start,
+                  R.n_t_end, R.n_cnext, R.j_bytes, R.j_cls, R.cu_out, R.cu_head, R.cu_tail,
+                  R.js_node, R.js_job, R.js_pending, R.js_phase, R.js_t, R.js_tail, R.js_head, R.js_held,
+                  R.d_js_free[g], R.d_pk_free[g], R.d_ready[g], R.d_hist[g], R.d_stat_f[g], R.landed,
+                  R.tr_edges, R.tr_time, R.tr_bytes, R.seg_ret, R.par_i, R.par_f, R.d_rc[g], R.d_defer[g],
+                  R.d_rc, R.d_ready, R.d_js_free, R.d_pk_free, R.d_hist, R.d_stat_f, R.d_defer)
+
+
 @_jit
-def _start_domains(net: Any, st: Any, R: Any) -> None:
-    """Windowed scheduling, time 0: every step ready at the start, each in its GPU's domain."""
-    while R.rc[R_READY] > 0:
-        r = R.rc[R_READY] - 1
-        n = R.ready[r]
-        g = R.n_gpu[n]
-        if g != st.ctr[C_DOM]:  # a GPU's requests are arbitrated in its own domain
-            drain_arbitrations(net, st, 0.0)
-            st.ctr[C_DOM] = g
-        R.rc[R_READY] = r
-        _node_ready(net, st, R, n, 0.0)  # what it readies is on the same GPU
-    drain_arbitrations(net, st, 0.0)
+def _run_domain(net: Any, st: Any, R: Any, end: float) -> int:
+    """Handle the events of ``st``'s current domain earlier than ``end`` (every domain's,
+    with one queue), first, in its first call, the steps ready at time 0. Returns DONE when
+    none is left before ``end``, NEED_HEAP when the heap may not hold another event's pushes,
+    OVERFLOW, or CUT when the outbox may not hold another event's posts (windowed: the
+    window ends early for this domain)."""
+    if R.rc[R_INIT] == 0:
+        R.rc[R_INIT] = 1
+        _drain_ready(net, st, R, 0.0)
+        drain_arbitrations(net, st, 0.0)
+    margin = 16 * R.par_i[P_LIMIT] + 16 * 1024
+    g = st.ctr[C_DOM]
+    tracing = R.par_f[F_TRACE_DT] > 0.0
+    while True:
+        if st.qn[g, 0] + margin > heap_capacity(st):
+            return NEED_HEAP
+        if st.ctr[C_OBN] > st.ctr[C_OBLIM]:
+            return CUT
+        now, pay = ev_pop_before(net, st, end)
+        if pay < 0:
+            return DONE
+        if tracing:
+            _trace_sample(st, R, now)
+        _replay_event(net, st, R, now, pay)
+        if st.ctr[C_OVERFLOW]:
+            return OVERFLOW
+
+
+@_jit
+def _run_domain_window(net: Any, st: Any, R: Any, g: int, end: float) -> None:
+    """Windowed scheduling: domain ``g`` handles its events earlier than ``end``
+    (:func:`_run_domain`) and leaves how it ended in its ``C_STATUS``."""
+    st.dctr[g, C_STATUS] = _run_domain(net, domain_state(st, g), domain_replay(R, g), end)
+
+
+@njit(parallel=True, cache=True)
+def _run_window(net: Any, st: Any, R: Any, end: float) -> None:
+    """Windowed scheduling: every domain handles its events earlier than ``end``, on as many
+    threads as numba is set to use (the domains are independent within a window, so the
+    result does not depend on the count). The work is all in a called function: numba's
+    parallel loop body lost stores to arrays it reached through a tuple (numba 0.68.1)."""
+    for g in prange(st.dctr.shape[0]):
+        _run_domain_window(net, st, R, g, end)
+
+
+@_jit
+def _free_landed(st: Any, R: Any, g: int) -> None:
+    """Windowed scheduling, between windows: free domain ``g``'s remote stores whose both sides
+    have landed (the receiver's has once it marked the packet's row read)."""
+    n = R.d_rc[g, R_DEFER]
+    keep = 0
+    for i in range(n):
+        p = R.d_defer[g, i]
+        if st.pi[p, PI_RNEXT] == -2:
+            f = R.d_rc[g, R_PK_FREE]
+            R.d_pk_free[g, f] = p
+            R.d_rc[g, R_PK_FREE] = f + 1
+        else:
+            R.d_defer[g, keep] = p
+            keep += 1
+    R.d_rc[g, R_DEFER] = keep
+
+
+@_jit
+def _deliver_posts(st: Any, G: int) -> None:
+    """Windowed scheduling, between windows: move every outbox's posts into their domains'
+    queues, in the order of the posting domains (the order does not depend on threads)."""
+    cap = st.ctr[C_OBCAP]
+    for h in range(G):
+        for i in range(st.dctr[h, C_OBN]):
+            r = h * cap + i
+            g = st.obk[r, 2]
+            ev_push_key(domain_state(st, g), g, st.obk[r, 3], st.ob[r, 0], st.obk[r, 1])
+        st.dctr[h, C_OBN] = 0
+
+
+@_jit
+def _gather(st: Any, R: Any, G: int) -> None:
+    """Windowed scheduling, when the loop returns: add the domains' counters and statistics
+    into the state's and replay's own (in domain order: the same bytes whatever the threads)."""
+    for g in range(G):
+        d = st.dctr[g]
+        for c in (C_EVENTS, C_POPPED, C_FOREIGN):
+            st.ctr[c] += d[c]
+            d[c] = 0
+        if d[C_OVERFLOW]:
+            st.ctr[C_OVERFLOW] = 1
+        for k in range(st.wait.shape[0]):
+            st.wait[k] += st.dwait[g, k]
+            st.dwait[g, k] = 0.0
+        for k in range(R.hist.shape[0]):
+            if R.d_hist[g, k] != 0.0:  # untouched bins stay unmapped (65,536 per GPU)
+                R.hist[k] += R.d_hist[g, k]
+                R.d_hist[g, k] = 0.0
+        for s in (S_LAT_SUM, S_LAT_W, S_REMOTE_BYTES, S_READY_SUM):
+            R.stat_f[s] += R.d_stat_f[g, s]
+            R.d_stat_f[g, s] = 0.0
+        if R.d_stat_f[g, S_LAT_MAX] > R.stat_f[S_LAT_MAX]:
+            R.stat_f[S_LAT_MAX] = R.d_stat_f[g, S_LAT_MAX]
+        R.rc[R_DONE] += R.d_rc[g, R_DONE]
+        R.d_rc[g, R_DONE] = 0
+        if R.d_rc[g, R_LOSTJOB] > R.rc[R_LOSTJOB]:
+            R.rc[R_LOSTJOB] = R.d_rc[g, R_LOSTJOB]
 
 
 @_jit
@@ -2010,67 +2205,57 @@ def replay_loop(net: Any, st: Any, R: Any) -> int:
     at or after ``par_f[F_STOP]`` (``PAUSED``; infinite unless fast-forwarding).
 
     With one event queue per GPU (domain, ``C_NDOM`` > 1: windowed scheduling) the loop runs
-    window by window: each domain in turn handles its events earlier than the window's end, the
-    earliest pending event of any domain plus ``F_WINDOW``. An event of one GPU reaches another
-    GPU's state only through an event posted at least the window ahead (``_post_arrival``: a
-    flit's arrival at the switch, a cable latency after its grant; a store's landing, a memory
-    access after its last grant), so no domain posts into a window another has finished: the
-    order is exact, and equal-time events of different GPUs run in GPU order. With one queue
-    the window never ends. Both modes share this one loop, so the event handling inlined into
-    it is compiled once (a second loop made numba's cold compile a third longer)."""
+    window by window: every domain handles its events earlier than the window's end, the
+    earliest pending event of any domain plus ``F_WINDOW``, possibly at the same time on
+    several threads (:func:`_run_window`). An event of one GPU reaches another GPU's state only
+    through an event posted at least the window ahead (``_post_arrival``: a flit's arrival at
+    the switch, a cable latency after its grant; a store's landing, a memory access after its
+    last grant), so no domain posts into the window being run: posts wait in the poster's
+    outbox until the window's end (:func:`_deliver_posts`), and the order is exact. Equal-time
+    events of one GPU run in the order they were posted to it, a window's posts from other
+    GPUs after its own. Both modes handle events in one function (:func:`_run_domain`), so the
+    event handling inlined into it is compiled once."""
     G = st.ctr[C_NDOM]
-    windowed = G > 1
-    if R.rc[R_INIT] == 0:
-        R.rc[R_INIT] = 1
-        if windowed:
-            _start_domains(net, st, R)
-        else:
-            _drain_ready(net, st, R, 0.0)
-            drain_arbitrations(net, st, 0.0)
-    margin = 16 * R.par_i[P_LIMIT] + 16 * 1024
-    tracing = R.par_f[F_TRACE_DT] > 0.0
-    width = R.par_f[F_WINDOW]
-    # fast-forward: stop before the first event at or after F_STOP (a window's start, windowed)
     stop = R.par_f[F_STOP]
-    stopping = stop < INF
-    # windowed: start with a new window (also when called again after NEED_HEAP: a window cut
-    # short restarts at the earliest pending event, which keeps every post ahead of every
-    # domain's progress)
-    end = -INF if windowed else INF
-    g = G if windowed else 0
+    if G == 1:
+        status = _run_domain(net, st, R, stop)
+        if status == DONE and ev_count(st) > 0:
+            return PAUSED
+        return status
+    for g in range(G):  # a call after NEED_HEAP, PAUSED or OVERFLOW starts afresh
+        st.dctr[g, C_STATUS] = DONE
+    if R.rc[R_INIT] == 0:  # each domain starts its steps ready at time 0
+        R.rc[R_INIT] = 1
+        _run_window(net, st, R, -INF)
+    width = R.par_f[F_WINDOW]
+    # a window cut short (a full outbox, or the heap before a call that grows it) restarts at
+    # the earliest pending event, which keeps every post ahead of every domain's progress
+    end = -INF
+    status = DONE
     while True:
-        if g == G:  # every domain ran the window: open the next
-            if ev_count(st) == 0:
-                break
-            t0 = INF
-            for d in range(G):
-                st.ctr[C_DOM] = d
-                t = ev_top_time(st)
-                if t < end:  # posted into the window this domain has finished (the caller fails)
-                    R.rc[R_LATE] += 1
-                if t < t0:
-                    t0 = t
-            if t0 >= stop:
-                return PAUSED
-            end = t0 + width
-            g = 0
-            st.ctr[C_DOM] = 0
-        elif not windowed:
-            if ev_count(st) == 0:
-                break
-            if stopping and ev_top_time(st) >= stop:
-                return PAUSED
-        if st.qn[g, 0] + margin > heap_capacity(st):
-            return NEED_HEAP
-        now, pay = ev_pop_before(net, st, end)
-        if pay < 0:  # windowed: this domain is done with the window
-            g += 1
-            if g < G:
-                st.ctr[C_DOM] = g
-            continue
-        if tracing:
-            _trace_sample(st, R, now)
-        _replay_event(net, st, R, now, pay)
-        if st.ctr[C_OVERFLOW]:
-            return OVERFLOW
-    return DONE
+        _deliver_posts(st, G)
+        cut = False
+        for g in range(G):
+            _free_landed(st, R, g)
+            s = st.dctr[g, C_STATUS]
+            if s == OVERFLOW or (s == NEED_HEAP and status != OVERFLOW):
+                status = s
+            cut = cut or s != DONE
+        if status != DONE:
+            break
+        if ev_count(st) == 0:
+            break
+        t0 = INF
+        for g in range(G):
+            t = ev_top_time(domain_state(st, g))
+            if t < end and not cut:  # posted into a window this domain has finished (the caller fails)
+                R.rc[R_LATE] += 1
+            if t < t0:
+                t0 = t
+        if t0 >= stop:
+            status = PAUSED
+            break
+        end = t0 + width
+        _run_window(net, st, R, end)
+    _gather(st, R, G)
+    return status

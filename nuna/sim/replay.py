@@ -21,12 +21,15 @@ Model (``docs/simulator.md`` has the full description and its validation):
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import numba
 import numpy as np
 import numpy.typing as npt
 
@@ -72,6 +75,9 @@ class SimOptions:
     # False: one queue; None: windowed from WINDOWED_FROM_GPUS GPUs with packets smaller than
     # WINDOWED_BELOW_PACKET_BYTES where it can be, one queue else
     windowed: bool | None = None
+    # threads a windowed replay runs its GPUs' windows on (None: numba's default, every core);
+    # the result does not depend on it. A sweep's workers run one each (they fill the cores)
+    threads: int | None = None
     # skip the middle of steady states, replay their ends (nuna.sim.fastforward; None: off)
     fast_forward: FastForward | None = None
 
@@ -492,13 +498,11 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *, packet
     nn = flat.num_nodes
     limit = chip.max_outstanding_requests_per_cu
     n_cu = tb_cu[flat.node_tb].astype(np.int64)
-    cus_used = np.unique((n_gpu * chip.cus + n_cu)[np.diff(n_job_ptr) > 0]).shape[0]
-    slots = int(min(njobs, cus_used * limit)) + 1
     window_ns = _window_for(opts.windowed, ngpus, trace, net, spec, psize)
     domains = ngpus if window_ns > 0.0 else 1
-    # windowed, a remote store's packet is freed by the later of its two landing events (in the
-    # sender's and the receiver's domain), possibly after its job slot is in use again
-    packets = (2 if domains == 1 else 3) * slots + 2
+    indeg = dag.ctrl_indegree.astype(np.int64).copy()
+    pools = _pools(n_gpu, n_cu, n_job_ptr, indeg, chip.cus, limit, njobs, domains, opts.hist_bins)
+    packets = pools.packets
     margin = 16 * limit + 16 * 1024
     heap = packets + 2 * margin if domains == 1 else 2 * margin + 4 * packets // domains
     # a packet of m lines holds m request slots: about packets / m are in flight at once
@@ -510,10 +514,6 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *, packet
 
     m_send = dag.match_send.astype(np.int64)
     n_land = np.where(m_send >= 0, n_bytes[np.maximum(m_send, 0)], 0).astype(np.int64)
-    indeg = dag.ctrl_indegree.astype(np.int64).copy()
-    ready0 = np.flatnonzero(indeg == 0)[::-1]
-    ready = np.zeros(max(1, nn), dtype=np.int64)
-    ready[: ready0.shape[0]] = ready0
     ncu_total = ngpus * chip.cus
     up_ids = (np.arange(ngpus)[:, None] * net.block + net.up + np.arange(chip.io_ports)[None, :]).ravel()
     down_ids = (np.arange(ngpus)[:, None] * net.block + net.down + np.arange(chip.io_ports)[None, :]).ravel()
@@ -522,6 +522,7 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *, packet
     par_f = np.array([opts.hist_bin_ns, max(1.0, lower / 200.0) if trace else 0.0, window_ns, np.inf],
                      dtype=np.float64)
     stat_f = np.zeros(8, dtype=np.float64)
+    slots = pools.slots
     R = eng.Replay(
         flat.code.astype(np.int8), n_gpu.astype(np.int32), n_cu.astype(np.int32), n_peer.astype(np.int32),
         dag.ctrl_indptr.astype(np.int64), dag.ctrl_indices.astype(np.int64), dag.match_recv.astype(np.int64),
@@ -533,9 +534,9 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *, packet
         np.full(ncu_total, -1, dtype=np.int64),
         np.zeros(slots, dtype=np.int64), np.zeros(slots, dtype=np.int64), np.zeros(slots, dtype=np.int64),
         np.zeros(slots, dtype=np.int8), np.zeros(slots, dtype=np.float64), np.zeros(slots, dtype=np.float64),
-        np.zeros(slots, dtype=np.float64), np.zeros(slots, dtype=np.int64), np.arange(slots, dtype=np.int64),
-        np.arange(packets, dtype=np.int64),
-        ready,
+        np.zeros(slots, dtype=np.float64), np.zeros(slots, dtype=np.int64), pools.js_free,
+        pools.pk_free,
+        pools.ready,
         np.zeros(opts.hist_bins, dtype=np.float64), stat_f, np.zeros((ngpus, ngpus), dtype=np.int64),
         tr_edges.astype(np.int64), np.zeros(nsamples, dtype=np.float64),
         np.zeros((nsamples, tr_edges.shape[0]), dtype=np.float64),
@@ -543,9 +544,12 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *, packet
         np.array([chip.cus, limit, opts.request_bytes, net.block, *net.seg_start, chip.hbm_stacks,
                   chip.io_ports, line, net.cusrc, opts.issue_queue], dtype=np.int64),
         par_f,
-        np.array([slots, packets, ready0.shape[0], 0, 0, 0, 0, 0], dtype=np.int64),
+        pools.rc, np.zeros(1, dtype=np.int64),
+        pools.d_rc, pools.d_ready, pools.d_js_free, pools.d_pk_free, pools.d_hist, pools.d_stat_f,
+        pools.d_defer,
     )
-    st, skips = fastforward.run(net.net, st, R, n_job_ptr, opts.fast_forward)
+    with _threads(opts.threads if domains > 1 else None):
+        st, skips = fastforward.run(net.net, st, R, n_job_ptr, opts.fast_forward)
     if st.ctr[eng.C_FOREIGN] or R.rc[eng.R_LATE]:
         raise SimulationError(f"internal error: windowed scheduling was not exact "
                               f"({int(st.ctr[eng.C_FOREIGN])} grants outside their GPU's window, "
@@ -557,6 +561,89 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *, packet
     return _result(plan, spec, size_bytes, psize, seed, flat, dag, net, st, R, layout, tb_cu, (lower, floor),
                    lb_sent, njobs, started, trace, size_fit(plan, size_bytes, opts.element_bytes), window_ns,
                    None if opts.fast_forward is None else skips)
+
+
+@dataclass(frozen=True)
+class _Pools:
+    """The replay's pools of job and packet slots and its ready-step stack: one of each, or
+    with windowed scheduling a share per GPU (the ``d_`` arrays of ``eng.Replay``), as the
+    domains may run on several threads."""
+
+    slots: int
+    packets: int
+    js_free: I64
+    pk_free: I64
+    ready: I64
+    rc: I64
+    d_rc: I64
+    d_ready: I64
+    d_js_free: I64
+    d_pk_free: I64
+    d_hist: npt.NDArray[np.float64]
+    d_stat_f: npt.NDArray[np.float64]
+    d_defer: I64
+
+
+def _pools(n_gpu: I64, n_cu: I64, n_job_ptr: I64, indeg: I64, cus: int, limit: int, njobs: int,
+           domains: int, bins: int) -> _Pools:
+    """Pools sized for the jobs in flight at once: a CU holds at most ``limit`` request slots,
+    so at most ``min(jobs, CUs x limit)`` jobs; a job has at most two packets in flight. With
+    windowed scheduling (``domains`` GPUs) each GPU has its own share, and a remote store's
+    packet stays out of its pool until the window after both sides of its landing (see
+    ``eng._free_landed``), possibly after its job slot is in use again: four per job slot."""
+    nn = n_gpu.shape[0]
+    has_jobs = np.diff(n_job_ptr) > 0
+    ready0 = np.flatnonzero(indeg == 0)[::-1]  # popped from the end: in step order
+    rc = np.zeros(eng.NRC, dtype=np.int64)
+    one = np.zeros((1, 1), dtype=np.int64)
+    if domains == 1:
+        cus_used = np.unique((n_gpu * cus + n_cu)[has_jobs]).shape[0]
+        slots = int(min(njobs, cus_used * limit)) + 1
+        packets = 2 * slots + 2
+        ready = np.zeros(max(1, nn), dtype=np.int64)
+        ready[:ready0.shape[0]] = ready0
+        rc[[eng.R_JS_FREE, eng.R_PK_FREE, eng.R_READY]] = slots, packets, ready0.shape[0]
+        return _Pools(slots, packets, np.arange(slots, dtype=np.int64), np.arange(packets, dtype=np.int64),
+                      ready, rc, np.zeros((1, eng.NRC), dtype=np.int64), one, one, one,
+                      np.zeros((1, bins)), np.zeros((1, 8)), one)
+    G = domains
+    g_jobs = np.bincount(n_gpu, weights=np.diff(n_job_ptr), minlength=G).astype(np.int64)
+    used = np.unique((n_gpu * cus + n_cu)[has_jobs])
+    g_cus = np.bincount(used // cus, minlength=G)
+    g_slots = np.minimum(g_jobs, g_cus * limit) + 1
+    g_packets = 4 * g_slots + 2
+    g_nodes = np.bincount(n_gpu, minlength=G)
+    d_rc = np.zeros((G, eng.NRC), dtype=np.int64)
+    d_js_free = np.zeros((G, int(g_slots.max())), dtype=np.int64)
+    d_pk_free = np.zeros((G, int(g_packets.max())), dtype=np.int64)
+    d_ready = np.zeros((G, max(1, int(g_nodes.max()))), dtype=np.int64)
+    s0 = np.concatenate([[0], np.cumsum(g_slots)])
+    p0 = np.concatenate([[0], np.cumsum(g_packets)])
+    for g in range(G):
+        d_js_free[g, :g_slots[g]] = np.arange(s0[g], s0[g + 1])
+        d_pk_free[g, :g_packets[g]] = np.arange(p0[g], p0[g + 1])
+        mine = ready0[n_gpu[ready0] == g]
+        d_ready[g, :mine.shape[0]] = mine
+        d_rc[g, [eng.R_JS_FREE, eng.R_PK_FREE, eng.R_READY]] = g_slots[g], g_packets[g], mine.shape[0]
+    return _Pools(int(s0[-1]), int(p0[-1]), one[0], one[0], one[0], rc, d_rc, d_ready, d_js_free, d_pk_free,
+                  np.zeros((G, bins)), np.zeros((G, 8)), np.zeros_like(d_pk_free))
+
+
+@contextlib.contextmanager
+def _threads(count: int | None) -> Iterator[None]:
+    """Run the block with numba's parallel sections on ``count`` threads (None: as set), then
+    restore the setting (it is the calling thread's)."""
+    if count is None:
+        yield
+        return
+    if count < 1:
+        raise UsageError(f"threads must be at least 1 (got {count})")
+    before = numba.get_num_threads()
+    numba.set_num_threads(min(count, int(numba.config.NUMBA_NUM_THREADS)))  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        numba.set_num_threads(before)
 
 
 def _window_for(windowed: bool | None, ngpus: int, trace: bool, net: PodNet, spec: TopologySpec,

@@ -265,3 +265,60 @@ def test_a_heap_grown_mid_replay_resumes_exactly(spec, monkeypatch: pytest.Monke
                                                                                 *a, **k),
                       grow_heap=lambda st, n: grown.append(n) or grow_heap(st, n))
     assert grown  # the heap did grow during the replay
+
+
+def _json(result) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    out = result.to_json()
+    out.pop("wall_s")
+    return out
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(collective=st.sampled_from(["allgather", "alltoall", "allreduce", "reducescatter"]),
+       ngpus=st.integers(2, 6), k=st.integers(1, 4), kib=st.integers(4, 512),
+       config=st.sampled_from(["UA", "NAP+NAR"]), packet=st.sampled_from([256, 1024]))
+def test_threads_do_not_change_the_result(spec, collective: str, ngpus: int, k: int,  # type: ignore[no-untyped-def]
+                                          kib: int, config: str, packet: int) -> None:
+    # within a window the GPUs are independent; their posts to each other wait in outboxes
+    # until the window's end and are ordered by poster, not by when they are delivered
+    size = kib * 1024
+    plan = apply_config(generate(collective, ngpus, tbs_per_peer=k), config, PassContext(spec, size))
+    one, two = (simulate(plan, spec, size, packet_bytes=packet, options=SimOptions(windowed=True, threads=n))
+                for n in (1, 2))
+    assert _json(one) == _json(two)
+
+
+def test_threads_must_be_positive(spec) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(UsageError, match="threads"):
+        simulate(generate("allgather", 2), spec, 4096, options=SimOptions(windowed=True, threads=0))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_full_outbox_cuts_the_window_exactly(spec, monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+                                               threads: int) -> None:
+    # a domain whose outbox nears its end stops its window early and the next window starts at
+    # the earliest pending event: the same replay to the bit, however often it happens
+    make_state = eng.make_state
+    cut: list[int] = []
+
+    def small_outbox(*a: Any, **k: Any) -> Any:
+        st = make_state(*a, **k)
+        st.ctr[eng.C_OBLIM] = st.dctr[:, eng.C_OBLIM] = 1  # a window ends after 2 posts
+        cut.append(1)
+        return st
+
+    plan = generate("allgather", 4, tbs_per_peer=4)
+    options = SimOptions(windowed=True, threads=threads)
+    plain = simulate(plan, spec, 512 * 1024, options=options)
+    from nuna.sim import replay
+
+    monkeypatch.setattr(replay.eng, "make_state", small_outbox)
+    patched = simulate(plan, spec, 512 * 1024, options=options)
+    assert cut
+    assert _json(patched) == _json(plain)
+
+
+def test_too_many_domains_for_the_event_keys() -> None:
+    mesh = noc.build_mesh(2, 1)
+    with pytest.raises(ValueError, match="domains"):
+        eng.make_state(mesh.net, 1, 64, 1, eng.MAX_DOMAINS + 1, 1)
