@@ -70,7 +70,7 @@ class SimOptions:
     issue_queue: int = 4  # packets a CU's issue queue holds before it stops starting new jobs (0: no limit)
     trace_samples: int = 512
     # one event queue per GPU, run in windows of the shortest cross-GPU lookahead (docs/simulator.md
-    # §6): the same model, equal-time events of different GPUs in GPU order. True: always (an error
+    # §6): the same model, equal-time events of a GPU after its own, by posting GPU. True: always (an error
     # with a trace, which samples every GPU at one time, or on a topology that cannot be windowed);
     # False: one queue; None: windowed from WINDOWED_FROM_GPUS GPUs with packets smaller than
     # WINDOWED_BELOW_PACKET_BYTES where it can be, one queue else
@@ -625,7 +625,10 @@ def _pools(n_gpu: I64, n_cu: I64, n_job_ptr: I64, indeg: I64, cus: int, limit: i
         mine = ready0[n_gpu[ready0] == g]
         d_ready[g, :mine.shape[0]] = mine
         d_rc[g, [eng.R_JS_FREE, eng.R_PK_FREE, eng.R_READY]] = g_slots[g], g_packets[g], mine.shape[0]
-    return _Pools(int(s0[-1]), int(p0[-1]), one[0], one[0], one[0], rc, d_rc, d_ready, d_js_free, d_pk_free,
+    # the replay's own lists are unused (each domain has its share): distinct placeholders
+    js_unused, pk_unused, ready_unused = (np.zeros(1, dtype=np.int64) for _ in range(3))
+    return _Pools(int(s0[-1]), int(p0[-1]), js_unused, pk_unused, ready_unused, rc, d_rc, d_ready, d_js_free,
+                  d_pk_free,
                   np.zeros((G, bins)), np.zeros((G, 8)), np.zeros_like(d_pk_free))
 
 

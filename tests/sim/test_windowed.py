@@ -83,9 +83,9 @@ def test_windowed_matches_one_queue(spec, collective: str, ngpus: int, k: int, k
     assert win.events == seq.events
     np.testing.assert_array_equal(win.landed_bytes, win.sent_bytes)
     assert win.time_ns >= win.lower_bound_ns
-    # equal-time events of different GPUs run in GPU order instead of insertion order: 147 of 150
-    # random small cases came out identical, the others within 0.04%; a 16-GPU 10 MiB allgather
-    # moves by 0.8% (docs/simulator.md §6)
+    # equal-time events posted by other GPUs run after a GPU's own, by poster, instead of in
+    # insertion order: small cases agree closely (0.7.0's GPU-order rule: 147 of 150 random
+    # cases identical, the others within 0.04 %; a 16-GPU 10 MiB allgather moved by 0.8 %)
     assert win.time_ns == pytest.approx(seq.time_ns, rel=0.01)
 
 
