@@ -595,7 +595,6 @@ def _pools(n_gpu: I64, n_cu: I64, n_job_ptr: I64, indeg: I64, cus: int, limit: i
     has_jobs = np.diff(n_job_ptr) > 0
     ready0 = np.flatnonzero(indeg == 0)[::-1]  # popped from the end: in step order
     rc = np.zeros(eng.NRC, dtype=np.int64)
-    one = np.zeros((1, 1), dtype=np.int64)
     if domains == 1:
         cus_used = np.unique((n_gpu * cus + n_cu)[has_jobs]).shape[0]
         slots = int(min(njobs, cus_used * limit)) + 1
@@ -604,8 +603,11 @@ def _pools(n_gpu: I64, n_cu: I64, n_job_ptr: I64, indeg: I64, cus: int, limit: i
         ready[:ready0.shape[0]] = ready0
         rc[[eng.R_JS_FREE, eng.R_PK_FREE, eng.R_READY]] = slots, packets, ready0.shape[0]
         return _Pools(slots, packets, np.arange(slots, dtype=np.int64), np.arange(packets, dtype=np.int64),
-                      ready, rc, np.zeros((1, eng.NRC), dtype=np.int64), one, one, one,
-                      np.zeros((1, bins)), np.zeros((1, 8)), one)
+                      ready, rc, np.zeros((1, eng.NRC), dtype=np.int64),
+                      # one queue uses the replay's own lists: the per-GPU ones are placeholders
+                      np.zeros((1, 1), dtype=np.int64), np.zeros((1, 1), dtype=np.int64),
+                      np.zeros((1, 1), dtype=np.int64), np.zeros((1, bins)), np.zeros((1, 8)),
+                      np.zeros((1, 1), dtype=np.int64))
     G = domains
     g_jobs = np.bincount(n_gpu, weights=np.diff(n_job_ptr), minlength=G).astype(np.int64)
     used = np.unique((n_gpu * cus + n_cu)[has_jobs])
