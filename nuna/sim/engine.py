@@ -308,11 +308,14 @@ MAX_DOMAINS = 1 << (34 - _SRC_SEQ_BITS)
 
 
 def make_state(net: Any, packets: int, heap: int, ring: int, domains: int = 1, block: int = 0,
-               in_flight: int = 0, pileup: bool = False) -> Any:
+               in_flight: int = 0, pileup: bool = False, ring_events: int = 0) -> Any:
     """Fresh engine state for ``packets`` packet slots and a heap of ``heap`` events; with
     ``domains`` > 1, one event queue (a heap of ``heap`` events and its rings) per domain of
     ``block`` edges (see :func:`replay_loop`). ``in_flight``: about the most packets in flight
-    at once, which sizes the rings (default ``packets``). ``pileup``: packets of more than a
+    at once, which sizes the outboxes (default ``packets``). ``ring_events``: about the most
+    arrivals of one delay class a domain holds at once, which sizes its rings (default
+    ``in_flight`` over the domains; a fuller ring leaves its events to the heap, in the same
+    order). ``pileup``: packets of more than a
     flit hold, while their head waits in a buffer, the bytes that have come in behind it
     (:func:`_pile_up`); without it a packet holds at most a flit of credit (:func:`_need`)."""
     E = num_edges(net)
@@ -348,7 +351,7 @@ def make_state(net: Any, packets: int, heap: int, ring: int, domains: int = 1, b
     # moves round all of its slots, so every slot becomes resident: with 64 domains, rings sized
     # from the packet slots instead of the packets in flight took 2.3 GB (docs/simulator.md §6).
     D = max(1, int(net.ei[:, EI_DCLASS].max()) + 1 if E else 1)
-    C = 1 << min(18, max(4, int((in_flight or P) // G).bit_length()))
+    C = 1 << min(18, max(4, int(ring_events or (in_flight or P) // G).bit_length()))
     fq = _small_pages(2 * G * D * C).reshape(G * D * C, 2)
     ctr[C_QD] = D
     ctr[C_QC] = C

@@ -501,7 +501,8 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *, packet
     window_ns = _window_for(opts.windowed, ngpus, trace, net, spec, psize)
     domains = ngpus if window_ns > 0.0 else 1
     indeg = dag.ctrl_indegree.astype(np.int64).copy()
-    pools = _pools(n_gpu, n_cu, n_job_ptr, indeg, chip.cus, limit, njobs, domains, opts.hist_bins)
+    pools = _pools(n_gpu, n_cu, n_job_ptr, indeg, chip.cus, limit, njobs, domains, opts.hist_bins,
+                   max(1, psize // line))
     packets = pools.packets
     margin = 16 * limit + 16 * 1024
     heap = packets + 2 * margin if domains == 1 else 2 * margin + 4 * packets // domains
@@ -510,7 +511,7 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *, packet
     # packets of several lines pile up behind a waiting head (docs/simulator.md §5); one-line
     # packets are flits, for which the rule changes nothing, so their replays skip it
     st = eng.make_state(net.net, packets, heap, opts.credit_ring, domains, net.block, in_flight,
-                        pileup=psize > line)
+                        pileup=psize > line, ring_events=pools.ring_events)
 
     m_send = dag.match_send.astype(np.int64)
     n_land = np.where(m_send >= 0, n_bytes[np.maximum(m_send, 0)], 0).astype(np.int64)
@@ -571,6 +572,7 @@ class _Pools:
 
     slots: int
     packets: int
+    ring_events: int
     js_free: I64
     pk_free: I64
     ready: I64
@@ -585,25 +587,32 @@ class _Pools:
 
 
 def _pools(n_gpu: I64, n_cu: I64, n_job_ptr: I64, indeg: I64, cus: int, limit: int, njobs: int,
-           domains: int, bins: int) -> _Pools:
+           domains: int, bins: int, lines_per_packet: int = 1) -> _Pools:
     """Pools sized for the jobs in flight at once: a CU holds at most ``limit`` request slots,
     so at most ``min(jobs, CUs x limit)`` jobs; a job has at most two packets in flight. With
     windowed scheduling (``domains`` GPUs) each GPU has its own share, and a remote store's
     packet stays out of its pool until the window after both sides of its landing (see
-    ``eng._free_landed``), possibly after its job slot is in use again: four per job slot."""
+    ``eng._free_landed``), possibly after its job slot is in use again: four per job slot.
+
+    The event rings are sized for two packets per job a CU's request slots can hold (a job of
+    ``lines_per_packet`` lines takes as many slots): the most arrivals one delay class held at
+    once was 0.14-0.56 of that in the replays measured (docs/simulator.md §6), and a ring that
+    fills up leaves its events to the heap, in the same order."""
     nn = n_gpu.shape[0]
     has_jobs = np.diff(n_job_ptr) > 0
+    per_cu = -(-limit // max(1, lines_per_packet))
     ready0 = np.flatnonzero(indeg == 0)[::-1]  # popped from the end: in step order
     rc = np.zeros(eng.NRC, dtype=np.int64)
     if domains == 1:
         cus_used = np.unique((n_gpu * cus + n_cu)[has_jobs]).shape[0]
         slots = int(min(njobs, cus_used * limit)) + 1
         packets = 2 * slots + 2
+        ring_events = 2 * int(min(njobs, cus_used * per_cu))
         ready = np.zeros(max(1, nn), dtype=np.int64)
         ready[:ready0.shape[0]] = ready0
         rc[[eng.R_JS_FREE, eng.R_PK_FREE, eng.R_READY]] = slots, packets, ready0.shape[0]
-        return _Pools(slots, packets, np.arange(slots, dtype=np.int64), np.arange(packets, dtype=np.int64),
-                      ready, rc, np.zeros((1, eng.NRC), dtype=np.int64),
+        return _Pools(slots, packets, ring_events, np.arange(slots, dtype=np.int64),
+                      np.arange(packets, dtype=np.int64), ready, rc, np.zeros((1, eng.NRC), dtype=np.int64),
                       # one queue uses the replay's own lists: the per-GPU ones are placeholders
                       np.zeros((1, 1), dtype=np.int64), np.zeros((1, 1), dtype=np.int64),
                       np.zeros((1, 1), dtype=np.int64), np.zeros((1, bins)), np.zeros((1, 8)),
@@ -614,6 +623,7 @@ def _pools(n_gpu: I64, n_cu: I64, n_job_ptr: I64, indeg: I64, cus: int, limit: i
     g_cus = np.bincount(used // cus, minlength=G)
     g_slots = np.minimum(g_jobs, g_cus * limit) + 1
     g_packets = 4 * g_slots + 2
+    ring_events = 2 * int(np.minimum(g_jobs, g_cus * per_cu).max())
     g_nodes = np.bincount(n_gpu, minlength=G)
     d_rc = np.zeros((G, eng.NRC), dtype=np.int64)
     d_js_free = np.zeros((G, int(g_slots.max())), dtype=np.int64)
@@ -629,9 +639,9 @@ def _pools(n_gpu: I64, n_cu: I64, n_job_ptr: I64, indeg: I64, cus: int, limit: i
         d_rc[g, [eng.R_JS_FREE, eng.R_PK_FREE, eng.R_READY]] = g_slots[g], g_packets[g], mine.shape[0]
     # the replay's own lists are unused (each domain has its share): distinct placeholders
     js_unused, pk_unused, ready_unused = (np.zeros(1, dtype=np.int64) for _ in range(3))
-    return _Pools(int(s0[-1]), int(p0[-1]), js_unused, pk_unused, ready_unused, rc, d_rc, d_ready, d_js_free,
-                  d_pk_free,
-                  np.zeros((G, bins)), np.zeros((G, 8)), np.zeros_like(d_pk_free))
+    return _Pools(int(s0[-1]), int(p0[-1]), ring_events, js_unused, pk_unused, ready_unused, rc, d_rc,
+                  d_ready, d_js_free, d_pk_free, np.zeros((G, bins)), np.zeros((G, 8)),
+                  np.zeros_like(d_pk_free))
 
 
 @contextlib.contextmanager

@@ -222,6 +222,36 @@ def test_rings_are_sized_from_the_packets_in_flight() -> None:
     assert slots(eng.make_state(mesh.net, 100_000, 64, 1, 4, 1)) == 1 << (25_000).bit_length()
     assert slots(eng.make_state(mesh.net, 100_000, 64, 1, 4, 1, in_flight=1_000)) == 256
     assert slots(eng.make_state(mesh.net, 100_000, 64, 1, 4, 1, in_flight=1)) == 16
+    # the replay passes its own estimate of a class's arrivals, apart from the outboxes' size
+    state = eng.make_state(mesh.net, 100_000, 64, 1, 4, 1, in_flight=100_000, ring_events=1_000)
+    assert slots(state) == 1024
+    default = eng.make_state(mesh.net, 100_000, 64, 1, 4, 1, in_flight=100_000)
+    assert state.ctr[eng.C_OBCAP] == default.ctr[eng.C_OBCAP]
+
+
+@pytest.mark.parametrize("windowed", [False, True])
+def test_the_replay_sizes_its_rings_from_the_jobs_its_cus_hold(spec, monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+                                                               windowed: bool) -> None:
+    # two packets per job a CU's 700 request slots hold (jobs of 4 lines here), and the same
+    # replay as with the rings sized from the packet pool
+    make_state = eng.make_state
+    seen: list[int] = []
+
+    def record(*a: Any, **k: Any) -> Any:
+        seen.append(k["ring_events"])
+        return make_state(*a, **k)
+
+    plan = generate("allgather", 4, tbs_per_peer=4)
+    options = SimOptions(windowed=windowed)
+    from nuna.sim import replay
+
+    monkeypatch.setattr(replay.eng, "make_state", record)
+    sized = simulate(plan, spec, 4 << 20, packet_bytes=1024, options=options)
+    # a GPU sends 3 x 1 MiB in at least 3,072 jobs from 12 CUs (a threadblock each) of 175 jobs
+    per_gpu = min(3 * (1 << 20) // 1024, 12 * 175)
+    assert seen == [2 * per_gpu * (1 if windowed else 4)]
+    monkeypatch.setattr(replay.eng, "make_state", lambda *a, **k: make_state(*a, **{**k, "ring_events": 0}))
+    assert _json(simulate(plan, spec, 4 << 20, packet_bytes=1024, options=options)) == _json(sized)
 
 
 def _same_replay_with(spec, monkeypatch: pytest.MonkeyPatch, windowed: bool,  # type: ignore[no-untyped-def]
