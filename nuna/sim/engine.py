@@ -315,9 +315,9 @@ def make_state(net: Any, packets: int, heap: int, ring: int, domains: int = 1, b
     at once, which sizes the outboxes (default ``packets``). ``ring_events``: about the most
     arrivals of one delay class a domain holds at once, which sizes its rings (default
     ``in_flight`` over the domains; a fuller ring leaves its events to the heap, in the same
-    order). ``pileup``: packets of more than a
-    flit hold, while their head waits in a buffer, the bytes that have come in behind it
-    (:func:`_pile_up`); without it a packet holds at most a flit of credit (:func:`_need`)."""
+    order). ``pileup``: packets of more than a flit hold, while their head waits in a buffer,
+    the bytes that have come in behind it (:func:`_pile_up`); without it a packet holds at most
+    a flit of credit (:func:`_need`)."""
     E = num_edges(net)
     P = max(1, packets)
     if max(P, E) >= 1 << (_PAY_BITS - 3):
