@@ -502,7 +502,7 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *, packet
     domains = ngpus if window_ns > 0.0 else 1
     indeg = dag.ctrl_indegree.astype(np.int64).copy()
     pools = _pools(n_gpu, n_cu, n_job_ptr, indeg, chip.cus, limit, njobs, domains, opts.hist_bins,
-                   max(1, psize // line))
+                   psize // line)
     packets = pools.packets
     margin = 16 * limit + 16 * 1024
     heap = packets + 2 * margin if domains == 1 else 2 * margin + 4 * packets // domains
@@ -587,7 +587,7 @@ class _Pools:
 
 
 def _pools(n_gpu: I64, n_cu: I64, n_job_ptr: I64, indeg: I64, cus: int, limit: int, njobs: int,
-           domains: int, bins: int, lines_per_packet: int = 1) -> _Pools:
+           domains: int, bins: int, lines_per_packet: int) -> _Pools:
     """Pools sized for the jobs in flight at once: a CU holds at most ``limit`` request slots,
     so at most ``min(jobs, CUs x limit)`` jobs; a job has at most two packets in flight. With
     windowed scheduling (``domains`` GPUs) each GPU has its own share, and a remote store's
@@ -595,12 +595,13 @@ def _pools(n_gpu: I64, n_cu: I64, n_job_ptr: I64, indeg: I64, cus: int, limit: i
     ``eng._free_landed``), possibly after its job slot is in use again: four per job slot.
 
     The event rings are sized for two packets per job a CU's request slots can hold (a job of
-    ``lines_per_packet`` lines takes as many slots): the most arrivals one delay class held at
-    once was 0.14-0.56 of that in the replays measured (docs/simulator.md §6), and a ring that
-    fills up leaves its events to the heap, in the same order."""
+    ``lines_per_packet`` lines takes as many slots). Not a bound: windowed, other GPUs' stores
+    arrive in a GPU's rings too. The most arrivals one delay class held at once was 0.14-0.56 of
+    it in the replays measured (docs/simulator.md §6), and a ring that fills up leaves its
+    events to the heap, in the same order."""
     nn = n_gpu.shape[0]
     has_jobs = np.diff(n_job_ptr) > 0
-    per_cu = -(-limit // max(1, lines_per_packet))
+    per_cu = -(-limit // lines_per_packet)
     ready0 = np.flatnonzero(indeg == 0)[::-1]  # popped from the end: in step order
     rc = np.zeros(eng.NRC, dtype=np.int64)
     if domains == 1:
