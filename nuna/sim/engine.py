@@ -56,8 +56,9 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 # numba's reference counting would incref/decref every state array at each function boundary:
 # measured 14x slower on the NoC benchmark. The kernels never allocate, so they run without the
-# runtime (the private but long-standing ``_nrt`` flag).
-_JIT_OPTIONS: dict[str, Any] = {"cache": True, "_nrt": False}
+# runtime (the private but long-standing ``_nrt`` flag). ``error_model="numpy"``: no divisor
+# check before each division (a replay never divides by zero; one that did would raise today)
+_JIT_OPTIONS: dict[str, Any] = {"cache": True, "_nrt": False, "error_model": "numpy"}
 
 
 def _hot(fn: _F) -> _F:
@@ -2131,7 +2132,7 @@ def _run_domain_window(net: Any, st: Any, R: Any, g: int, end: float) -> None:
     st.dctr[g, C_STATUS] = _run_domain(net, domain_state(st, g), domain_replay(R, g), end)
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, error_model="numpy")
 def _run_window(net: Any, st: Any, R: Any, end: float) -> None:
     """Windowed scheduling: every domain handles its events earlier than ``end``, on as many
     threads as numba is set to use (the domains are independent within a window, so the
