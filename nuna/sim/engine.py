@@ -58,7 +58,8 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 # measured 14x slower on the NoC benchmark. The kernels never allocate, so they run without the
 # runtime (the private but long-standing ``_nrt`` flag). ``error_model="numpy"`` drops the
 # zero-divisor check numba's default puts before each division: every divisor here is a
-# positive parameter or guarded (t_tail > t_head in _pile_up)
+# positive parameter (the histogram bin width is checked in replay._prepare) or guarded
+# (t_tail > t_head in _pile_up)
 _JIT_OPTIONS: dict[str, Any] = {"cache": True, "_nrt": False, "error_model": "numpy"}
 
 

@@ -401,6 +401,10 @@ def _prepare(plan: Plan, topology_spec: TopologySpec, size_bytes: int, packet_by
                                    or packet_bytes < line or packet_bytes % line):
         raise UsageError(f"packet size must be 'auto' or a multiple of the {line}-byte flit, "
                          f"got {packet_bytes!r}")
+    # the kernels divide by the bin width without a zero check (engine._JIT_OPTIONS)
+    if not (math.isfinite(opts.hist_bin_ns) and opts.hist_bin_ns > 0.0) or opts.hist_bins < 1:
+        raise UsageError(f"the latency histogram needs bins of a positive finite width and at least "
+                         f"one bin, got {opts.hist_bin_ns!r} ns x {opts.hist_bins!r}")
     cap_lines = opts.max_packet_bytes // line
     bad_cap = opts.max_packet_bytes % line or cap_lines < 1 or cap_lines & (cap_lines - 1)
     if packet_bytes == "auto" and bad_cap:

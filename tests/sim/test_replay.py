@@ -322,6 +322,14 @@ def test_bad_packet_size(spec, packet: object) -> None:  # type: ignore[no-untyp
         simulate(loads(ONE_SEND), spec, 512, packet_bytes=packet)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(("bin_ns", "bins"), [(0.0, 16), (-1.0, 16), (float("nan"), 16), (float("inf"), 16),
+                                             (1.0, 0)])
+def test_bad_latency_histogram_is_a_usage_error(spec, bin_ns: float, bins: int) -> None:  # type: ignore[no-untyped-def]
+    # the replay kernels divide by the bin width unchecked (numba's numpy error model)
+    with pytest.raises(UsageError, match="latency histogram"):
+        simulate(loads(ONE_SEND), spec, 512, options=SimOptions(hist_bin_ns=bin_ns, hist_bins=bins))
+
+
 def test_busbw_uses_the_nccl_tests_factors(spec) -> None:  # type: ignore[no-untyped-def]
     for collective, factor in (("allgather", 3 / 4), ("allreduce", 2 * 3 / 4), ("alltoall", 3 / 4)):
         res = simulate(generate(collective, 4), spec, 64 * 1024)
