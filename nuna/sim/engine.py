@@ -108,6 +108,9 @@ C_OBN = 16
 C_OBCAP = 17
 C_OBLIM = 18
 C_STATUS = 19  # how the domain's last window ended (DONE, NEED_HEAP, OVERFLOW or CUT)
+# 1: the head behind a packet of m lines bids m set-ups after it, as the m one-line packets it
+# stands for would (``_grant``; replay option, docs/simulator.md §5)
+C_LINE_SETUP = 20
 NCTR = 24
 
 # State.ef columns (per edge, floats; one 64-byte row): latency, ns per byte, credit delay,
@@ -311,7 +314,8 @@ MAX_DOMAINS = 1 << (34 - _SRC_SEQ_BITS)
 
 
 def make_state(net: Any, packets: int, heap: int, ring: int, domains: int = 1, block: int = 0,
-               in_flight: int = 0, pileup: bool = False, ring_events: int = 0) -> Any:
+               in_flight: int = 0, pileup: bool = False, ring_events: int = 0,
+               line_setup: bool = False) -> Any:
     """Fresh engine state for ``packets`` packet slots and a heap of ``heap`` events; with
     ``domains`` > 1, one event queue (a heap of ``heap`` events and its rings) per domain of
     ``block`` edges (see :func:`replay_loop`). ``in_flight``: about the most packets in flight
@@ -320,7 +324,9 @@ def make_state(net: Any, packets: int, heap: int, ring: int, domains: int = 1, b
     ``in_flight`` over the domains; a fuller ring leaves its events to the heap, in the same
     order). ``pileup``: packets of more than a flit hold, while their head waits in a buffer,
     the bytes that have come in behind it (:func:`_pile_up`); without it a packet holds at most
-    a flit of credit (:func:`_need`)."""
+    a flit of credit (:func:`_need`). ``line_setup``: the next head of a virtual channel bids
+    one head set-up per line (flit) the packet before it carries, on its larger leg (a load's
+    response, not its request), instead of one per packet (:func:`_grant`)."""
     E = num_edges(net)
     P = max(1, packets)
     if max(P, E) >= 1 << (_PAY_BITS - 3):
@@ -338,6 +344,7 @@ def make_state(net: Any, packets: int, heap: int, ring: int, domains: int = 1, b
     ctr = np.zeros(NCTR, np.int64)
     ctr[C_RING] = ring
     ctr[C_PILEUP] = int(pileup)
+    ctr[C_LINE_SETUP] = int(line_setup)
     G = max(1, domains)
     ctr[C_NDOM] = G
     ctr[C_BLOCK] = block if G > 1 else max(1, E)
@@ -966,7 +973,14 @@ def _grant(net: Any, st: Any, p: int, ein: int, e: int, v: int, leg: int, pos: i
         k = ei[ein, EI_VBASE] + pi[p, PI_VC]
         nxt = pi[p, PI_VNEXT]
         vf[k, VF_HEAD] = nxt
-        vf[k, VF_READY] = t_lf + f * inv_in + ef[ein, EF_SETUP]
+        setup = ef[ein, EF_SETUP]
+        if st.ctr[C_LINE_SETUP]:
+            # a packet of m lines stands for m one-line packets, each of which would redo route
+            # computation and VC allocation at the head of this channel; a load counts the lines
+            # of its response, as its request of m x 64 bytes stands for m requests
+            lines = pi[p, PI_SIZE0] if pi[p, PI_SIZE0] > pi[p, PI_SIZE1] else pi[p, PI_SIZE1]
+            setup *= (lines + flit - 1) // flit
+        vf[k, VF_READY] = t_lf + f * inv_in + setup
         if nxt < 0:
             vf[k, VF_TAIL] = -1.0
         if ei[ein, EI_NOTIFY] > 0:

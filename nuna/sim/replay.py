@@ -80,6 +80,11 @@ class SimOptions:
     threads: int | None = None
     # skip the middle of steady states, replay their ends (nuna.sim.fastforward; None: off)
     fast_forward: FastForward | None = None
+    # packets of several lines: the head behind one bids a router's head set-up per line it
+    # carries, as the one-line packets of the 256-byte reference would, instead of once per
+    # packet (docs/simulator.md §5, "Per-line head set-ups"; measured there, not yet the default).
+    # Flits replay the same either way
+    setup_per_line: bool = False
 
 
 #: GPUs from which ``SimOptions(windowed=None)`` replays windowed: where a pod's engine state
@@ -515,7 +520,8 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *, packet
     # packets of several lines pile up behind a waiting head (docs/simulator.md §5); one-line
     # packets are flits, for which the rule changes nothing, so their replays skip it
     st = eng.make_state(net.net, packets, heap, opts.credit_ring, domains, net.block, in_flight,
-                        pileup=psize > line, ring_events=pools.ring_events)
+                        pileup=psize > line, ring_events=pools.ring_events,
+                        line_setup=opts.setup_per_line and psize > line)
 
     m_send = dag.match_send.astype(np.int64)
     n_land = np.where(m_send >= 0, n_bytes[np.maximum(m_send, 0)], 0).astype(np.int64)
