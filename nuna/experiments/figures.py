@@ -39,6 +39,7 @@ from nuna.experiments.spec import (
     fast_forward_spec,
     packet_cap_spec,
     restrict_grid,
+    setup_per_line_spec,
     windowed_spec,
 )
 from nuna.experiments.sweep import ProgressCallback, SweepSummary, load_results, load_sweep_spec, run_sweep
@@ -123,7 +124,8 @@ def run_figure(name: str, out_dir: str | Path, *, spec_dir: str | Path | None = 
                executor: str = "local", jobs: int | None = None,
                progress: ProgressCallback | None = None,
                only: Mapping[str, Sequence[str]] | None = None, windowed: bool | None = None,
-               max_packet_bytes: int | None = None, fast_forward: bool = False) -> FigureOutput:
+               max_packet_bytes: int | None = None, fast_forward: bool = False,
+               setup_per_line: bool = False) -> FigureOutput:
     """Run (or resume) figure ``name``'s sweep under ``out_dir/sweeps`` and write
     ``out_dir/NAME.{png,svg,json}`` (``NAME-quick.*`` with ``quick``). ``only`` replaces grid
     axes (:func:`nuna.experiments.spec.restrict_grid`: a partial grid, named after the change,
@@ -133,7 +135,9 @@ def run_figure(name: str, out_dir: str | Path, *, spec_dir: str | Path | None = 
     replays every point with windowed scheduling or with one queue
     (:func:`nuna.experiments.spec.windowed_spec`); ``None`` leaves it to the simulator.
     ``max_packet_bytes`` caps ``"auto"``'s packets (:func:`nuna.experiments.spec.packet_cap_spec`);
-    ``fast_forward`` skips steady states (:func:`nuna.experiments.spec.fast_forward_spec`)."""
+    ``fast_forward`` skips steady states (:func:`nuna.experiments.spec.fast_forward_spec`);
+    ``setup_per_line`` charges packets per-line head set-ups
+    (:func:`nuna.experiments.spec.setup_per_line_spec`)."""
     spec = load_sweep_spec(figure_spec_path(name, spec_dir))
     if only:
         spec = restrict_grid(spec, only)
@@ -145,6 +149,8 @@ def run_figure(name: str, out_dir: str | Path, *, spec_dir: str | Path | None = 
         spec = packet_cap_spec(spec, max_packet_bytes)
     if fast_forward:
         spec = fast_forward_spec(spec)
+    if setup_per_line:
+        spec = setup_per_line_spec(spec)
     topologies = sorted({topology for grid in spec.grids() for topology in grid.topologies})
     if len(topologies) > 1 and name not in _PER_TOPOLOGY_FIGURES:
         # checked before anything runs: the bars of two machines would be drawn on top of each other

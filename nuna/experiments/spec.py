@@ -66,7 +66,7 @@ _SECTIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
         frozenset({"nar_granularities", "tbs_per_peer", "topologies", "gemm_sizes", "also"}),
     ),
     "fixed": (frozenset(), frozenset({"algo", "packet_bytes", "max_packet_bytes", "seed", "windowed",
-                                      "fast_forward"})),
+                                      "fast_forward", "setup_per_line"})),
 }
 
 #: grid axes: spec-file key -> SweepSpec field, in expansion order (outermost first)
@@ -101,7 +101,9 @@ class Point:
     different GPUs in GPU order or in insertion order, so a set choice is a point of its own.
     ``max_packet_bytes`` caps the packets ``"auto"`` picks (``None``: the simulator's cap).
     ``fast_forward`` skips the middle of steady states (``nuna.sim.fastforward``: a statistical
-    shortcut, so a point of its own).
+    shortcut, so a point of its own). ``setup_per_line``: packets of several lines pay a router
+    head set-up per line (``nuna.sim.SimOptions.setup_per_line``: another model of coarse packets,
+    so a point of its own).
     """
 
     collective: str
@@ -118,13 +120,15 @@ class Point:
     windowed: bool | None = None
     max_packet_bytes: int | None = None
     fast_forward: bool = False
+    setup_per_line: bool = False
 
     def as_dict(self) -> dict[str, Any]:
-        # "windowed", "max_packet_bytes" and "fast_forward" only when set, so that points without
-        # them keep their ids
+        # "windowed", "max_packet_bytes", "fast_forward" and "setup_per_line" only when set, so
+        # that points without them keep their ids
         return {**({"windowed": self.windowed} if self.windowed is not None else {}),
             **({"max_packet_bytes": self.max_packet_bytes} if self.max_packet_bytes is not None else {}),
             **({"fast_forward": True} if self.fast_forward else {}),
+            **({"setup_per_line": True} if self.setup_per_line else {}),
             "algo": self.algo,
             "collective": self.collective,
             "config": self.config,
@@ -153,6 +157,8 @@ class Point:
             parts.append(f"packets<={format_size(self.max_packet_bytes)}")
         if self.fast_forward:
             parts.append("fast-forward")
+        if self.setup_per_line:
+            parts.append("per-line-setup")
         return " ".join(parts)
 
 
@@ -191,6 +197,7 @@ class SweepSpec:
     windowed: bool | None = None
     max_packet_bytes: int | None = None
     fast_forward: bool = False
+    setup_per_line: bool = False
     also: tuple[GridPatch, ...] = ()
     source: str = field(default="<spec>", compare=False)
 
@@ -289,6 +296,7 @@ def _expand_one(spec: SweepSpec) -> list[Point]:
             windowed=spec.windowed,
             max_packet_bytes=spec.max_packet_bytes,
             fast_forward=spec.fast_forward,
+            setup_per_line=spec.setup_per_line,
         )
         points.append(point)
     return points
@@ -356,6 +364,7 @@ def parse_sweep_spec(
         seed=_seed(fixed.get("seed", 0), source),
         windowed=None if "windowed" not in fixed else _flag(fixed["windowed"], source, "[fixed] windowed"),
         fast_forward=_flag(fixed.get("fast_forward", False), source, "[fixed] fast_forward"),
+        setup_per_line=_flag(fixed.get("setup_per_line", False), source, "[fixed] setup_per_line"),
         also=_grid_patches(grid.get("also", []), convert, source),
         source=source,
     )
@@ -453,6 +462,13 @@ def fast_forward_spec(spec: SweepSpec) -> SweepSpec:
     return dataclasses.replace(spec, fast_forward=True, name=f"{spec.name}-ff")
 
 
+def setup_per_line_spec(spec: SweepSpec) -> SweepSpec:
+    """``spec`` replayed with per-line head set-ups for packets (``nuna.sim.SimOptions.
+    setup_per_line``), named apart (``fig9-line``): its packet points differ from the default
+    model's, so its points are points of their own."""
+    return dataclasses.replace(spec, setup_per_line=True, name=f"{spec.name}-line")
+
+
 def packet_cap_spec(spec: SweepSpec, max_packet_bytes: int) -> SweepSpec:
     """``spec`` with ``"auto"`` packets capped at ``max_packet_bytes``, named apart
     (``fig9-packets1KiB``): a cap that binds changes results, so its points are points of their
@@ -465,8 +481,8 @@ def packet_cap_spec(spec: SweepSpec, max_packet_bytes: int) -> SweepSpec:
 
 
 def _fixed(spec: SweepSpec) -> dict[str, Any]:
-    """The ``[fixed]`` table of ``spec`` (``windowed``, ``max_packet_bytes`` and
-    ``fast_forward`` only when set: older indexes stay equal)."""
+    """The ``[fixed]`` table of ``spec`` (``windowed``, ``max_packet_bytes``, ``fast_forward``
+    and ``setup_per_line`` only when set: older indexes stay equal)."""
     fixed: dict[str, Any] = {"algo": spec.algo, "packet_bytes": spec.packet_bytes, "seed": spec.seed}
     if spec.windowed is not None:
         fixed["windowed"] = spec.windowed
@@ -474,6 +490,8 @@ def _fixed(spec: SweepSpec) -> dict[str, Any]:
         fixed["max_packet_bytes"] = spec.max_packet_bytes
     if spec.fast_forward:
         fixed["fast_forward"] = True
+    if spec.setup_per_line:
+        fixed["setup_per_line"] = True
     return fixed
 
 

@@ -28,6 +28,7 @@ from nuna.experiments.spec import (
     parse_sweep_spec,
     point_id,
     restrict_grid,
+    setup_per_line_spec,
     windowed_spec,
 )
 
@@ -264,7 +265,9 @@ def test_as_dict_names_every_field_and_is_json_data() -> None:
     assert dataclasses.replace(POINT, windowed=False).as_dict()["windowed"] is False
     assert "max_packet_bytes" not in data
     assert "fast_forward" not in data
-    data = dataclasses.replace(POINT, windowed=True, max_packet_bytes=4096, fast_forward=True).as_dict()
+    assert "setup_per_line" not in data
+    data = dataclasses.replace(POINT, windowed=True, max_packet_bytes=4096, fast_forward=True,
+                               setup_per_line=True).as_dict()
     assert set(data) == {f.name for f in dataclasses.fields(Point)}
     assert json.loads(json.dumps(data)) == data
 
@@ -496,3 +499,21 @@ def test_fast_forward_is_a_fixed_setting_of_its_own() -> None:
     assert "fast-forward" in expand(named)[0].label()
     with pytest.raises(InputError, match=r"\[fixed\] fast_forward.*true or false"):
         parse_sweep_spec(_with("fixed", "fast_forward", 1))
+
+
+def test_per_line_set_ups_are_a_fixed_setting_of_their_own() -> None:
+    plain = parse_sweep_spec(BASE)
+    spec = parse_sweep_spec(_with("fixed", "setup_per_line", True))
+    assert plain.setup_per_line is False
+    assert all("setup_per_line" not in p.as_dict() for p in expand(plain))  # ids of older points kept
+    assert "setup_per_line" not in plain.to_json()["fixed"]
+    assert all(p.as_dict()["setup_per_line"] is True for p in expand(spec))
+    assert spec.to_json()["fixed"]["setup_per_line"] is True
+    ids = {point_id(p.as_dict(), plain.point_function) for p in expand(plain)}
+    assert ids.isdisjoint(point_id(p.as_dict(), spec.point_function) for p in expand(spec))
+    named = setup_per_line_spec(restrict_grid(plain, {"gpus": ["4"]}))
+    assert named.name.endswith("-line")
+    assert all(p.setup_per_line for p in expand(named))
+    assert "per-line-setup" in expand(named)[0].label()
+    with pytest.raises(InputError, match=r"\[fixed\] setup_per_line.*true or false"):
+        parse_sweep_spec(_with("fixed", "setup_per_line", "yes"))
