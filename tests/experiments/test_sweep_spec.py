@@ -484,36 +484,25 @@ def test_a_spec_tells_topology_files_from_names_as_the_loader_does() -> None:
     assert not is_topology_path("nuna-4die")
 
 
-def test_fast_forward_is_a_fixed_setting_of_its_own() -> None:
+@pytest.mark.parametrize(("key", "named_as", "suffix", "label"), [
+    ("fast_forward", fast_forward_spec, "-ff", "fast-forward"),
+    ("setup_per_line", setup_per_line_spec, "-line", "per-line-setup"),
+])
+def test_a_model_switch_is_a_fixed_setting_of_its_own(key: str, named_as: Callable[[SweepSpec], SweepSpec],
+                                                      suffix: str, label: str) -> None:
     plain = parse_sweep_spec(BASE)
-    spec = parse_sweep_spec(_with("fixed", "fast_forward", True))
-    assert plain.fast_forward is False
-    assert all("fast_forward" not in p.as_dict() for p in expand(plain))  # ids of older points kept
-    assert "fast_forward" not in plain.to_json()["fixed"]
-    assert all(p.as_dict()["fast_forward"] is True for p in expand(spec))
-    assert spec.to_json()["fixed"]["fast_forward"] is True
+    spec = parse_sweep_spec(_with("fixed", key, True))
+    assert getattr(plain, key) is False
+    assert all(key not in p.as_dict() for p in expand(plain))  # ids of older points kept
+    assert key not in plain.to_json()["fixed"]
+    assert all(p.as_dict()[key] is True for p in expand(spec))
+    assert spec.to_json()["fixed"][key] is True
     assert len(expand(spec)) == len(expand(plain))
-    named = fast_forward_spec(restrict_grid(plain, {"gpus": ["4"]}))
-    assert named.name.endswith("-ff")
-    assert all(p.fast_forward for p in expand(named))
-    assert "fast-forward" in expand(named)[0].label()
-    with pytest.raises(InputError, match=r"\[fixed\] fast_forward.*true or false"):
-        parse_sweep_spec(_with("fixed", "fast_forward", 1))
-
-
-def test_per_line_set_ups_are_a_fixed_setting_of_their_own() -> None:
-    plain = parse_sweep_spec(BASE)
-    spec = parse_sweep_spec(_with("fixed", "setup_per_line", True))
-    assert plain.setup_per_line is False
-    assert all("setup_per_line" not in p.as_dict() for p in expand(plain))  # ids of older points kept
-    assert "setup_per_line" not in plain.to_json()["fixed"]
-    assert all(p.as_dict()["setup_per_line"] is True for p in expand(spec))
-    assert spec.to_json()["fixed"]["setup_per_line"] is True
     ids = {point_id(p.as_dict(), plain.point_function) for p in expand(plain)}
     assert ids.isdisjoint(point_id(p.as_dict(), spec.point_function) for p in expand(spec))
-    named = setup_per_line_spec(restrict_grid(plain, {"gpus": ["4"]}))
-    assert named.name.endswith("-line")
-    assert all(p.setup_per_line for p in expand(named))
-    assert "per-line-setup" in expand(named)[0].label()
-    with pytest.raises(InputError, match=r"\[fixed\] setup_per_line.*true or false"):
-        parse_sweep_spec(_with("fixed", "setup_per_line", "yes"))
+    named = named_as(restrict_grid(plain, {"gpus": ["4"]}))
+    assert named.name.endswith(suffix)
+    assert all(getattr(p, key) for p in expand(named))
+    assert label in expand(named)[0].label()
+    with pytest.raises(InputError, match=rf"\[fixed\] {key}.*true or false"):
+        parse_sweep_spec(_with("fixed", key, 1))
