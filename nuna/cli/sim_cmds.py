@@ -103,7 +103,7 @@ def simulate(
                                       "not with --trace)."),
     setup_per_line: bool = typer.Option(False, "--setup-per-line", help="Packets of several lines: the "
                                         "head behind one waits a router's head set-up per line it "
-                                        "carries, as 256-byte packets would (closer to them at 512B-2KiB, "
+                                        "carries, as 256-byte packets would (closer on average at 512B-2KiB, "
                                         "docs/simulator.md section 5; not the default yet). Flits: no "
                                         "change."),
     threads: int | None = typer.Option(None, "--threads", min=1, help="Threads a windowed replay runs its "
