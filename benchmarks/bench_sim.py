@@ -14,7 +14,8 @@ placement):
   packets are 64 KiB, with one queue for the pod) and again in the other mode; the windowed 1 MB
   case also on one thread (``SimOptions.threads``), as a sweep's worker runs it;
 - error of ``auto`` and of forced packet sizes against 256-byte flits where both run (rows
-  ``+line``: with per-line head set-ups, ``SimOptions.setup_per_line``, opt-in);
+  ``+one`` / ``+series``: with the other head set-up rules, ``SimOptions.line_setups``, against
+  the default ``overlap``);
   ``--large`` adds the largest case measured against flits: 64 GPUs, 100 MiB, one threadblock
   per peer, under UA and NAP+NAR (about half an hour: the flits take 1.6-1.7 G events each).
 
@@ -41,7 +42,7 @@ HERE = Path(__file__).resolve()
 def _case(name: str, gpus: int, size: int, tbs: int, packet: str,
           windowed: bool | None = None, config: str | None = None,
           fast_forward: bool = False, threads: int | None = None,
-          setup_per_line: bool = False) -> dict[str, Any]:
+          line_setups: str = "overlap") -> dict[str, Any]:
     """Run one replay in this process and return its figures."""
     import resource
 
@@ -53,7 +54,7 @@ def _case(name: str, gpus: int, size: int, tbs: int, packet: str,
 
     spec = load_topology("nuna-4die")
     options = SimOptions(windowed=windowed, fast_forward=FastForward() if fast_forward else None,
-                         threads=threads, setup_per_line=setup_per_line)
+                         threads=threads, line_setups=line_setups)
     plan = generate("allgather", gpus, algo="direct", tbs_per_peer=tbs)
     if config is not None:
         plan = apply_config(plan, config, PassContext(spec, size))
@@ -118,7 +119,8 @@ def main() -> None:
             config = next((f.removeprefix("config=") for f in flags if f.startswith("config=")), None)
             threads = next((int(f.removeprefix("threads=")) for f in flags if f.startswith("threads=")), None)
             print(json.dumps(_case(name, int(gpus), int(size), int(tbs), packet, windowed, config,
-                                   "ff" in flags, threads, "line" in flags)))
+                                   "ff" in flags, threads,
+                                   next((f for f in flags if f in ("one", "series")), "overlap"))))
         return
 
     with tempfile.TemporaryDirectory() as cache:
@@ -151,15 +153,15 @@ def main() -> None:
     if args.quick:
         return
     print("\npacket size error against 256-byte flits (largest cases where both run)")
-    print(f"{'case':<34} {'packet':>13} {'time us':>10} {'error':>8} {'wall s':>8}")
-    # "256+ff": 256-byte flits with fast-forward of steady states (docs/simulator.md §7); "+line":
-    # packets with per-line head set-ups (SimOptions.setup_per_line, opt-in; docs/simulator.md §5)
+    print(f"{'case':<34} {'packet':>15} {'time us':>10} {'error':>8} {'wall s':>8}")
+    # "256+ff": 256-byte flits with fast-forward of steady states (docs/simulator.md §7); "+one",
+    # "+series": packets with the other head set-up rules (SimOptions.line_setups; docs/simulator.md §5)
     cases: list[tuple[str, int, int, int, list[str], str]] = [
-        ("2 GPUs 512 MB, 16 tbs/peer", 2, 512_000_000, 16, ["auto", "auto+line", "256+ff"], ""),
+        ("2 GPUs 512 MB, 16 tbs/peer", 2, 512_000_000, 16, ["auto", "auto+one", "auto+series", "256+ff"], ""),
         ("8 GPUs 32 MB, 1 tb/peer", 8, 32_000_000, 1,
-         ["auto", "1024", "1024+line", "4096", "65536", "256+ff"], ""),
+         ["auto", "1024", "1024+one", "4096", "65536", "256+ff"], ""),
         ("2 GPUs 256 MB, 16 tbs/peer", 2, 256_000_000, 16,
-         ["1024", "1024+line", "4096", "65536", "256+ff"], ""),
+         ["1024", "1024+one", "4096", "65536", "256+ff"], ""),
         ("2 GPUs 64 MB, 1 tb/peer", 2, 64_000_000, 1, ["4096", "16384", "65536", "256+ff"], ""),
     ]
     if args.large:
@@ -169,16 +171,16 @@ def main() -> None:
     for name, gpus, size, tbs, packets, flags in cases:
         ref = _spawn(["--case", f"{name}:{gpus}:{size}:{tbs}:256{flags}"])
         times[name, "256"] = ref["time_ns"]
-        print(f"{name:<34} {256:>13} {ref['time_ns'] / 1000:10.2f} {'(ref)':>8} {ref['wall_s']:8.1f}")
+        print(f"{name:<34} {256:>15} {ref['time_ns'] / 1000:10.2f} {'(ref)':>8} {ref['wall_s']:8.1f}")
         for packet in packets:
             size_b, _, mode = packet.partition("+")
             r = _spawn(["--case", f"{name}:{gpus}:{size}:{tbs}:{size_b}{flags}{':' + mode if mode else ''}"])
             times[name, packet] = r["time_ns"]
             err = (r["time_ns"] - ref["time_ns"]) / ref["time_ns"] * 100
             label = f"{packet}={r['packet_bytes']}" if size_b == "auto" else packet
-            print(f"{name:<34} {label:>13} {r['time_ns'] / 1000:10.2f} {err:+7.2f}% {r['wall_s']:8.1f}")
+            print(f"{name:<34} {label:>15} {r['time_ns'] / 1000:10.2f} {err:+7.2f}% {r['wall_s']:8.1f}")
     print("target: auto within 2% of 256-byte flits (256+ff: the flits with --fast-forward, opt-in; "
-          "+line: --setup-per-line, opt-in)")
+          "+one / +series: --line-setups one / series)")
     if args.large:
         ua, nap = (f"64 GPUs 100 MiB, 1 tb/peer, {c}" for c in ("UA", "NAP+NAR"))
         print("64 GPUs 100 MiB, NAP+NAR over UA: "

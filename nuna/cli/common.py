@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,21 @@ import typer
 from nuna.errors import UsageError
 from nuna.fsutil import write_atomic
 from nuna.units import parse_size
+
+
+class LineSetups(StrEnum):
+    """``--line-setups``: router head set-ups behind a packet of several lines
+    (``nuna.sim.SimOptions.line_setups``)."""
+
+    OVERLAP = "overlap"
+    SERIES = "series"
+    ONE = "one"
+
+
+LINE_SETUPS_HELP = ("Router head set-ups behind a packet of several lines: overlap (the next head "
+                    "waits until its lines' set-ups would have let them leave, over the channels "
+                    "with room; the default), series (one per line after the packet), one (one "
+                    "per packet, nuna <= 0.8.0). docs/simulator.md section 5. Flits: no change.")
 
 
 def parse_size_option(text: str) -> int:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from nuna.cli.common import parse_size_option
+from nuna.cli.common import LINE_SETUPS_HELP, LineSetups, parse_size_option
 from nuna.cli.sweep_cmds import _ProgressBar
 from nuna.experiments.figures import FIGURES, run_figure
 from nuna.topology.spec import is_topology_path, load_topology
@@ -54,10 +54,9 @@ def figure(
                                                 "(fig9-packets1KiB).", show_default=False),
     fast_forward: bool = typer.Option(False, "--fast-forward", help="Skip the middle of steady states "
                                       "(docs/simulator.md section 7), into a sweep of its own (fig9-ff)."),
-    setup_per_line: bool = typer.Option(False, "--setup-per-line", help="Packets of several lines pay a "
-                                        "router head set-up per line, as 256-byte packets do "
-                                        "(docs/simulator.md section 5; not the default yet), into a "
-                                        "sweep of its own (fig9-line)."),
+    line_setups: LineSetups = typer.Option(LineSetups.OVERLAP, "--line-setups", help=LINE_SETUPS_HELP
+                                           + " Other than the default: into a sweep of its own "
+                                           "(fig9-setups-series)."),
 ) -> None:
     """Render one of the paper's Figures 9-14 from its sweep (run or resumed as needed).
 
@@ -77,7 +76,7 @@ def figure(
         cap = None if max_packet_bytes is None else parse_size_option(max_packet_bytes)
         result = run_figure(name, out, spec_dir=spec_dir, quick=quick, executor=executor.value, jobs=jobs,
                             progress=bar, only=only, windowed=windowed, max_packet_bytes=cap,
-                            fast_forward=fast_forward, setup_per_line=setup_per_line)
+                            fast_forward=fast_forward, line_setups=line_setups.value)
     finally:
         bar.close()
     s = result.summary

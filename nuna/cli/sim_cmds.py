@@ -12,7 +12,7 @@ from pathlib import Path
 
 import typer
 
-from nuna.cli.common import parse_size_option, write_json
+from nuna.cli.common import LINE_SETUPS_HELP, LineSetups, parse_size_option, write_json
 from nuna.units import format_size
 
 _MESH_RE = re.compile(r"^\s*(\d+)\s*[xX]\s*(\d+)\s*$")
@@ -101,11 +101,7 @@ def simulate(
                                       "and replay their ends (sampled simulation: -2.4% to +1.8% against "
                                       "the full replay where measured, docs/simulator.md section 7; "
                                       "not with --trace)."),
-    setup_per_line: bool = typer.Option(False, "--setup-per-line", help="Packets of several lines: the "
-                                        "head behind one waits a router's head set-up per line it "
-                                        "carries, as 256-byte packets would (closer on average at 512B-2KiB, "
-                                        "docs/simulator.md section 5; not the default yet). Flits: no "
-                                        "change."),
+    line_setups: LineSetups = typer.Option(LineSetups.OVERLAP, "--line-setups", help=LINE_SETUPS_HELP),
     threads: int | None = typer.Option(None, "--threads", min=1, help="Threads a windowed replay runs its "
                                        "GPUs on (the result does not depend on it). Default: every core.",
                                        show_default=False),
@@ -128,7 +124,7 @@ def simulate(
     if max_packet_bytes is not None and packets != "auto":
         raise UsageError("--max-packet-bytes caps what --packet-bytes auto picks; give one or the other")
     options = SimOptions(windowed=windowed, fast_forward=FastForward() if fast_forward else None,
-                         threads=threads, setup_per_line=setup_per_line)
+                         threads=threads, line_setups=line_setups.value)
     if max_packet_bytes is not None:
         options = dataclasses.replace(options, max_packet_bytes=_size(max_packet_bytes))
     spec = load_topology(topology)

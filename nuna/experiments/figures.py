@@ -37,13 +37,14 @@ from nuna.experiments.spec import (
     SweepSpec,
     canonical_json,
     fast_forward_spec,
+    line_setups_spec,
     packet_cap_spec,
     restrict_grid,
-    setup_per_line_spec,
     windowed_spec,
 )
 from nuna.experiments.sweep import ProgressCallback, SweepSummary, load_results, load_sweep_spec, run_sweep
 from nuna.fsutil import write_atomic
+from nuna.sim.replay import DEFAULT_LINE_SETUPS
 from nuna.sim.result import COARSE_PACKET_BYTES
 from nuna.topology.spec import DEFAULT_TOPOLOGY, is_topology_path
 from nuna.units import format_size
@@ -125,7 +126,7 @@ def run_figure(name: str, out_dir: str | Path, *, spec_dir: str | Path | None = 
                progress: ProgressCallback | None = None,
                only: Mapping[str, Sequence[str]] | None = None, windowed: bool | None = None,
                max_packet_bytes: int | None = None, fast_forward: bool = False,
-               setup_per_line: bool = False) -> FigureOutput:
+               line_setups: str | None = None) -> FigureOutput:
     """Run (or resume) figure ``name``'s sweep under ``out_dir/sweeps`` and write
     ``out_dir/NAME.{png,svg,json}`` (``NAME-quick.*`` with ``quick``). ``only`` replaces grid
     axes (:func:`nuna.experiments.spec.restrict_grid`: a partial grid, named after the change,
@@ -136,8 +137,8 @@ def run_figure(name: str, out_dir: str | Path, *, spec_dir: str | Path | None = 
     (:func:`nuna.experiments.spec.windowed_spec`); ``None`` leaves it to the simulator.
     ``max_packet_bytes`` caps ``"auto"``'s packets (:func:`nuna.experiments.spec.packet_cap_spec`);
     ``fast_forward`` skips steady states (:func:`nuna.experiments.spec.fast_forward_spec`);
-    ``setup_per_line`` charges packets per-line head set-ups
-    (:func:`nuna.experiments.spec.setup_per_line_spec`)."""
+    ``line_setups`` other than the simulator's default replays packets with another head set-up
+    rule (:func:`nuna.experiments.spec.line_setups_spec`)."""
     spec = load_sweep_spec(figure_spec_path(name, spec_dir))
     if only:
         spec = restrict_grid(spec, only)
@@ -149,8 +150,8 @@ def run_figure(name: str, out_dir: str | Path, *, spec_dir: str | Path | None = 
         spec = packet_cap_spec(spec, max_packet_bytes)
     if fast_forward:
         spec = fast_forward_spec(spec)
-    if setup_per_line:
-        spec = setup_per_line_spec(spec)
+    if line_setups is not None and line_setups != DEFAULT_LINE_SETUPS:
+        spec = line_setups_spec(spec, line_setups)
     topologies = sorted({topology for grid in spec.grids() for topology in grid.topologies})
     if len(topologies) > 1 and name not in _PER_TOPOLOGY_FIGURES:
         # checked before anything runs: the bars of two machines would be drawn on top of each other

@@ -50,6 +50,9 @@ COLLECTIVES: tuple[str, ...] = ("allgather", "allreduce", "reducescatter", "allt
 CONFIGS: tuple[str, ...] = ("UA", "UA+NAR", "NUMA", "NUMA+NAR", "NAP", "NAP+NAR", "NAP*", "NAP*+NAR")
 
 ALGOS: tuple[str, ...] = ("direct", "ring")
+#: ``[fixed] line_setups``: the simulator's head set-up rules (``nuna.sim.replay.LINE_SETUP_RULES``,
+#: spelled out so that reading a spec does not load the simulator)
+LINE_SETUPS: tuple[str, ...] = ("one", "overlap", "series")
 
 #: ``packet_bytes`` value that lets the simulator pick; ``nar_granularities`` value that
 #: simulates every valid number of NAR domains and keeps the fastest (nuna.passes' ``"auto"``).
@@ -66,7 +69,7 @@ _SECTIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
         frozenset({"nar_granularities", "tbs_per_peer", "topologies", "gemm_sizes", "also"}),
     ),
     "fixed": (frozenset(), frozenset({"algo", "packet_bytes", "max_packet_bytes", "seed", "windowed",
-                                      "fast_forward", "setup_per_line"})),
+                                      "fast_forward", "line_setups"})),
 }
 
 #: grid axes: spec-file key -> SweepSpec field, in expansion order (outermost first)
@@ -101,9 +104,9 @@ class Point:
     different GPUs in GPU order or in insertion order, so a set choice is a point of its own.
     ``max_packet_bytes`` caps the packets ``"auto"`` picks (``None``: the simulator's cap).
     ``fast_forward`` skips the middle of steady states (``nuna.sim.fastforward``: a statistical
-    shortcut, so a point of its own). ``setup_per_line``: packets of several lines pay a router
-    head set-up per line (``nuna.sim.SimOptions.setup_per_line``: another model of coarse packets,
-    so a point of its own).
+    shortcut, so a point of its own). ``line_setups`` names the router head set-ups behind a
+    packet of several lines (``nuna.sim.SimOptions.line_setups``; ``None``: the simulator's
+    default): another model of coarse packets, so a set rule is a point of its own.
     """
 
     collective: str
@@ -120,15 +123,15 @@ class Point:
     windowed: bool | None = None
     max_packet_bytes: int | None = None
     fast_forward: bool = False
-    setup_per_line: bool = False
+    line_setups: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        # "windowed", "max_packet_bytes", "fast_forward" and "setup_per_line" only when set, so
+        # "windowed", "max_packet_bytes", "fast_forward" and "line_setups" only when set, so
         # that points without them keep their ids
         return {**({"windowed": self.windowed} if self.windowed is not None else {}),
             **({"max_packet_bytes": self.max_packet_bytes} if self.max_packet_bytes is not None else {}),
             **({"fast_forward": True} if self.fast_forward else {}),
-            **({"setup_per_line": True} if self.setup_per_line else {}),
+            **({"line_setups": self.line_setups} if self.line_setups is not None else {}),
             "algo": self.algo,
             "collective": self.collective,
             "config": self.config,
@@ -157,8 +160,8 @@ class Point:
             parts.append(f"packets<={format_size(self.max_packet_bytes)}")
         if self.fast_forward:
             parts.append("fast-forward")
-        if self.setup_per_line:
-            parts.append("per-line-setup")
+        if self.line_setups is not None:
+            parts.append(f"setups-{self.line_setups}")
         return " ".join(parts)
 
 
@@ -197,7 +200,7 @@ class SweepSpec:
     windowed: bool | None = None
     max_packet_bytes: int | None = None
     fast_forward: bool = False
-    setup_per_line: bool = False
+    line_setups: str | None = None
     also: tuple[GridPatch, ...] = ()
     source: str = field(default="<spec>", compare=False)
 
@@ -296,7 +299,7 @@ def _expand_one(spec: SweepSpec) -> list[Point]:
             windowed=spec.windowed,
             max_packet_bytes=spec.max_packet_bytes,
             fast_forward=spec.fast_forward,
-            setup_per_line=spec.setup_per_line,
+            line_setups=spec.line_setups,
         )
         points.append(point)
     return points
@@ -364,7 +367,8 @@ def parse_sweep_spec(
         seed=_seed(fixed.get("seed", 0), source),
         windowed=None if "windowed" not in fixed else _flag(fixed["windowed"], source, "[fixed] windowed"),
         fast_forward=_flag(fixed.get("fast_forward", False), source, "[fixed] fast_forward"),
-        setup_per_line=_flag(fixed.get("setup_per_line", False), source, "[fixed] setup_per_line"),
+        line_setups=None if "line_setups" not in fixed else _choice(fixed["line_setups"], LINE_SETUPS, source,
+                                                                  "[fixed] line_setups"),
         also=_grid_patches(grid.get("also", []), convert, source),
         source=source,
     )
@@ -462,11 +466,14 @@ def fast_forward_spec(spec: SweepSpec) -> SweepSpec:
     return dataclasses.replace(spec, fast_forward=True, name=f"{spec.name}-ff")
 
 
-def setup_per_line_spec(spec: SweepSpec) -> SweepSpec:
-    """``spec`` replayed with per-line head set-ups for packets (``nuna.sim.SimOptions.
-    setup_per_line``), named apart (``fig9-line``): its packet points differ from the default
-    model's, so its points are points of their own."""
-    return dataclasses.replace(spec, setup_per_line=True, name=f"{spec.name}-line")
+def line_setups_spec(spec: SweepSpec, rule: str) -> SweepSpec:
+    """``spec`` replayed with the head set-up rule ``rule`` for packets (``nuna.sim.SimOptions.
+    line_setups``), named apart (``fig9-setups-series``): its packet points differ from the
+    default model's, so its points are points of their own. Raises ``UsageError`` for an
+    unknown rule."""
+    if rule not in LINE_SETUPS:
+        raise UsageError(f"head set-ups per packet must be one of {', '.join(LINE_SETUPS)}, got {rule!r}")
+    return dataclasses.replace(spec, line_setups=rule, name=f"{spec.name}-setups-{rule}")
 
 
 def packet_cap_spec(spec: SweepSpec, max_packet_bytes: int) -> SweepSpec:
@@ -482,7 +489,7 @@ def packet_cap_spec(spec: SweepSpec, max_packet_bytes: int) -> SweepSpec:
 
 def _fixed(spec: SweepSpec) -> dict[str, Any]:
     """The ``[fixed]`` table of ``spec`` (``windowed``, ``max_packet_bytes``, ``fast_forward``
-    and ``setup_per_line`` only when set: older indexes stay equal)."""
+    and ``line_setups`` only when set: older indexes stay equal)."""
     fixed: dict[str, Any] = {"algo": spec.algo, "packet_bytes": spec.packet_bytes, "seed": spec.seed}
     if spec.windowed is not None:
         fixed["windowed"] = spec.windowed
@@ -490,8 +497,8 @@ def _fixed(spec: SweepSpec) -> dict[str, Any]:
         fixed["max_packet_bytes"] = spec.max_packet_bytes
     if spec.fast_forward:
         fixed["fast_forward"] = True
-    if spec.setup_per_line:
-        fixed["setup_per_line"] = True
+    if spec.line_setups is not None:
+        fixed["line_setups"] = spec.line_setups
     return fixed
 
 

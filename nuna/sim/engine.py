@@ -108,10 +108,23 @@ C_OBN = 16
 C_OBCAP = 17
 C_OBLIM = 18
 C_STATUS = 19  # how the domain's last window ended (DONE, NEED_HEAP, OVERFLOW or CUT)
-# 1: the head behind a packet of m lines bids m set-ups after it, as the m one-line packets it
-# stands for would (``_grant``; replay option, docs/simulator.md §5)
+# how the head behind a packet of m lines is charged router head set-ups (``_grant``, one of the
+# LINE_SETUP_* rules below; docs/simulator.md §5)
 C_LINE_SETUP = 20
 NCTR = 24
+
+# Head set-ups behind a packet of m lines in its virtual channel (``C_LINE_SETUP``): the m
+# one-line packets of the 256-byte reference would each redo route computation and VC allocation
+# (S) at the head of the channel they were given, one after another in it. ONE: the next head
+# is ready S after the packet's tail leaves (nuna <= 0.8.0). SERIES: m x S after it, as if the
+# m lines had queued in this channel and nothing overlapped their set-ups. OVERLAP (the default
+# since 0.9.0): the lines' heads leave no faster than one per (line's input time + S) in each of
+# the n channels of the port with room for a flit (this one included), over which the upstream
+# router would have dealt them; so the next head is ready S after the later of the tail's
+# leaving and the m-th line's earliest leaving. Behind a slow output (an I/O port) the set-ups
+# hide behind the transfers, as a flit's do, and the rule is ONE; on a mesh link out of a full
+# port it is SERIES
+LINE_SETUP_ONE, LINE_SETUP_SERIES, LINE_SETUP_OVERLAP = 0, 1, 2
 
 # State.ef columns (per edge, floats; one 64-byte row): latency, ns per byte, credit delay,
 # head set-up (static); link idle from, input port idle from, earliest pending wake, busy time
@@ -315,7 +328,7 @@ MAX_DOMAINS = 1 << (34 - _SRC_SEQ_BITS)
 
 def make_state(net: Any, packets: int, heap: int, ring: int, domains: int = 1, block: int = 0,
                in_flight: int = 0, pileup: bool = False, ring_events: int = 0,
-               line_setup: bool = False) -> Any:
+               line_setup: int = LINE_SETUP_ONE) -> Any:
     """Fresh engine state for ``packets`` packet slots and a heap of ``heap`` events; with
     ``domains`` > 1, one event queue (a heap of ``heap`` events and its rings) per domain of
     ``block`` edges (see :func:`replay_loop`). ``in_flight``: about the most packets in flight
@@ -324,9 +337,9 @@ def make_state(net: Any, packets: int, heap: int, ring: int, domains: int = 1, b
     ``in_flight`` over the domains; a fuller ring leaves its events to the heap, in the same
     order). ``pileup``: packets of more than a flit hold, while their head waits in a buffer,
     the bytes that have come in behind it (:func:`_pile_up`); without it a packet holds at most
-    a flit of credit (:func:`_need`). ``line_setup``: the next head of a virtual channel bids
-    one head set-up per line (flit) the packet before it carries, on its larger leg (a load's
-    response, not its request), instead of one per packet (:func:`_grant`)."""
+    a flit of credit (:func:`_need`). ``line_setup``: how many head set-ups the next head of a
+    virtual channel bids after a packet of several lines (flits, on its larger leg: a load's
+    response, not its request), one of the ``LINE_SETUP_*`` rules (:func:`_grant`)."""
     E = num_edges(net)
     P = max(1, packets)
     if max(P, E) >= 1 << (_PAY_BITS - 3):
@@ -344,7 +357,9 @@ def make_state(net: Any, packets: int, heap: int, ring: int, domains: int = 1, b
     ctr = np.zeros(NCTR, np.int64)
     ctr[C_RING] = ring
     ctr[C_PILEUP] = int(pileup)
-    ctr[C_LINE_SETUP] = int(line_setup)
+    if line_setup not in (LINE_SETUP_ONE, LINE_SETUP_SERIES, LINE_SETUP_OVERLAP):
+        raise ValueError(f"unknown head set-up rule {line_setup}")
+    ctr[C_LINE_SETUP] = line_setup
     G = max(1, domains)
     ctr[C_NDOM] = G
     ctr[C_BLOCK] = block if G > 1 else max(1, E)
@@ -941,6 +956,33 @@ def _release_port(net: Any, st: Any, ein: int) -> None:
 
 
 @_hot
+def _channels_with_room(st: Any, ein: int, k: int, flit: float, now: float) -> int:
+    """Channels of ``ein``'s input port with room for a flit, channel row ``k`` (the one a packet
+    leaves) counted whatever its room: those over which the upstream router would deal a stream of
+    one-line packets (``LINE_SETUP_OVERLAP``). Room counts the credit returns due by ``now``,
+    read and not applied: applying them here would change which returns a full ring later
+    merges (:func:`_merge_credit`), and so the replay of a zero set-up."""
+    ei = st.ei
+    vf = st.vf
+    cap = ei[ein, EI_CAP]
+    base = ei[ein, EI_VBASE]
+    R = st.ctr[C_RING]
+    n = 1
+    for u in range(ei[ein, EI_NVC]):
+        row = base + u
+        if row == k:
+            continue
+        used = vf[row, VF_USED]
+        if cap - used < flit:
+            for i in range(int(vf[row, VF_CRN])):
+                if vf[row, VF_RING + i] <= now:
+                    used -= vf[row, VF_RING + R + i]
+        if cap - used >= flit:
+            n += 1
+    return n
+
+
+@_hot
 def _grant(net: Any, st: Any, p: int, ein: int, e: int, v: int, leg: int, pos: int, end: int,
            now: float) -> None:
     pi = st.pi
@@ -974,13 +1016,25 @@ def _grant(net: Any, st: Any, p: int, ein: int, e: int, v: int, leg: int, pos: i
         nxt = pi[p, PI_VNEXT]
         vf[k, VF_HEAD] = nxt
         setup = ef[ein, EF_SETUP]
-        if st.ctr[C_LINE_SETUP]:
-            # a packet of m lines stands for m one-line packets, each of which would redo route
-            # computation and VC allocation at the head of this channel; a load counts the lines
-            # of its response, as its request of m x 64 bytes stands for m requests
+        done = t_lf + f * inv_in  # the tail has left the buffer
+        rule = st.ctr[C_LINE_SETUP]
+        if rule != LINE_SETUP_ONE and setup > 0.0:
+            # a load counts the lines of its response: its request of m x 64 bytes stands for m
+            # requests
             lines = pi[p, PI_SIZE0] if pi[p, PI_SIZE0] > pi[p, PI_SIZE1] else pi[p, PI_SIZE1]
-            setup *= (lines + flit - 1) // flit
-        vf[k, VF_READY] = t_lf + f * inv_in + setup
+            m = (lines + flit - 1) // flit
+            if m > 1.0:
+                if rule == LINE_SETUP_SERIES:
+                    setup *= m
+                else:
+                    # the m lines' heads leave no faster than one per input time and set-up in
+                    # each of the channels they would have been dealt over
+                    ell = size / m * inv_in
+                    n = _channels_with_room(st, ein, k, flit, now)
+                    t_m = now + (m - 1.0) * (ell + setup) / n + ell
+                    if t_m > done:
+                        done = t_m
+        vf[k, VF_READY] = done + setup
         if nxt < 0:
             vf[k, VF_TAIL] = -1.0
         if ei[ein, EI_NOTIFY] > 0:

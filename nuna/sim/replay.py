@@ -80,12 +80,18 @@ class SimOptions:
     threads: int | None = None
     # skip the middle of steady states, replay their ends (nuna.sim.fastforward; None: off)
     fast_forward: FastForward | None = None
-    # packets of several lines: the head behind one bids a router's head set-up per line it
-    # carries, as the one-line packets of the 256-byte reference would, instead of once per
-    # packet (docs/simulator.md §5, "Per-line head set-ups"; measured there, not yet the default).
-    # Flits replay the same either way
-    setup_per_line: bool = False
+    # router head set-ups behind a packet of m lines (LINE_SETUP_RULES; docs/simulator.md §5,
+    # "Head set-ups per line"): "overlap" (the default since 0.9.0) the next head waits until
+    # the m one-line packets of the 256-byte reference could have left, one per input time and
+    # set-up in each of the port's channels with room; "series" m set-ups after the packet;
+    # "one" one (nuna <= 0.8.0). Flits replay the same under every rule
+    line_setups: str = "overlap"
 
+
+#: ``SimOptions.line_setups`` -> the engine's rule
+LINE_SETUP_RULES = {"one": eng.LINE_SETUP_ONE, "series": eng.LINE_SETUP_SERIES,
+                    "overlap": eng.LINE_SETUP_OVERLAP}
+DEFAULT_LINE_SETUPS = "overlap"
 
 #: GPUs from which ``SimOptions(windowed=None)`` replays windowed: where a pod's engine state
 #: outgrows the cache (docs/simulator.md §6, the loop by pod size, three runs each: 1.14-1.76x at 16-64
@@ -410,6 +416,9 @@ def _prepare(plan: Plan, topology_spec: TopologySpec, size_bytes: int, packet_by
     if not (math.isfinite(opts.hist_bin_ns) and opts.hist_bin_ns > 0.0) or opts.hist_bins < 1:
         raise UsageError(f"the latency histogram needs bins of a positive finite width and at least "
                          f"one bin, got {opts.hist_bin_ns!r} ns x {opts.hist_bins!r}")
+    if opts.line_setups not in LINE_SETUP_RULES:
+        raise UsageError(f"head set-ups per packet must be one of {', '.join(sorted(LINE_SETUP_RULES))}, "
+                         f"got {opts.line_setups!r}")
     cap_lines = opts.max_packet_bytes // line
     bad_cap = opts.max_packet_bytes % line or cap_lines < 1 or cap_lines & (cap_lines - 1)
     if packet_bytes == "auto" and bad_cap:
@@ -521,7 +530,7 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *, packet
     # packets are flits, for which the rule changes nothing, so their replays skip it
     st = eng.make_state(net.net, packets, heap, opts.credit_ring, domains, net.block, in_flight,
                         pileup=psize > line, ring_events=pools.ring_events,
-                        line_setup=opts.setup_per_line and psize > line)
+                        line_setup=LINE_SETUP_RULES[opts.line_setups] if psize > line else eng.LINE_SETUP_ONE)
 
     m_send = dag.match_send.astype(np.int64)
     n_land = np.where(m_send >= 0, n_bytes[np.maximum(m_send, 0)], 0).astype(np.int64)

@@ -164,4 +164,5 @@ def test_windowed_and_packet_cap_reach_the_simulator(function: str) -> None:
     fast = point | {"max_packet_bytes": 4096, "fast_forward": True}
     assert "fast_forward" in point_sim_options(fast)
     assert "fast_forward" in resolve_point_function(function)(fast)  # on, even where nothing is skipped
-    assert point_sim_options(point | {"setup_per_line": True})["setup_per_line"] is True
+    assert point_sim_options(point | {"line_setups": "series"})["line_setups"] == "series"
+    assert "line_setups" not in point_sim_options(point)

@@ -23,12 +23,12 @@ from nuna.experiments.spec import (
     config_uses_nar,
     expand,
     fast_forward_spec,
+    line_setups_spec,
     load_sweep_spec,
     packet_cap_spec,
     parse_sweep_spec,
     point_id,
     restrict_grid,
-    setup_per_line_spec,
     windowed_spec,
 )
 
@@ -265,9 +265,9 @@ def test_as_dict_names_every_field_and_is_json_data() -> None:
     assert dataclasses.replace(POINT, windowed=False).as_dict()["windowed"] is False
     assert "max_packet_bytes" not in data
     assert "fast_forward" not in data
-    assert "setup_per_line" not in data
+    assert "line_setups" not in data
     data = dataclasses.replace(POINT, windowed=True, max_packet_bytes=4096, fast_forward=True,
-                               setup_per_line=True).as_dict()
+                               line_setups="series").as_dict()
     assert set(data) == {f.name for f in dataclasses.fields(Point)}
     assert json.loads(json.dumps(data)) == data
 
@@ -486,7 +486,6 @@ def test_a_spec_tells_topology_files_from_names_as_the_loader_does() -> None:
 
 @pytest.mark.parametrize(("key", "named_as", "suffix", "label"), [
     ("fast_forward", fast_forward_spec, "-ff", "fast-forward"),
-    ("setup_per_line", setup_per_line_spec, "-line", "per-line-setup"),
 ])
 def test_a_model_switch_is_a_fixed_setting_of_its_own(key: str, named_as: Callable[[SweepSpec], SweepSpec],
                                                       suffix: str, label: str) -> None:
@@ -506,3 +505,33 @@ def test_a_model_switch_is_a_fixed_setting_of_its_own(key: str, named_as: Callab
     assert label in expand(named)[0].label()
     with pytest.raises(InputError, match=rf"\[fixed\] {key}.*true or false"):
         parse_sweep_spec(_with("fixed", key, 1))
+
+
+def test_line_setups_is_a_fixed_setting_of_its_own() -> None:
+    plain = parse_sweep_spec(BASE)
+    assert plain.line_setups is None
+    assert all("line_setups" not in p.as_dict() for p in expand(plain))  # ids of older points kept
+    assert "line_setups" not in plain.to_json()["fixed"]
+    ids = {point_id(p.as_dict(), plain.point_function) for p in expand(plain)}
+    for rule in ("one", "series", "overlap"):
+        spec = parse_sweep_spec(_with("fixed", "line_setups", rule))
+        assert all(p.as_dict()["line_setups"] == rule for p in expand(spec))
+        assert spec.to_json()["fixed"]["line_setups"] == rule
+        assert ids.isdisjoint(point_id(p.as_dict(), spec.point_function) for p in expand(spec))
+        named = line_setups_spec(restrict_grid(plain, {"gpus": ["4"]}), rule)
+        assert named.name.endswith(f"-setups-{rule}")
+        assert all(p.line_setups == rule for p in expand(named))
+        assert f"setups-{rule}" in expand(named)[0].label()
+    with pytest.raises(InputError, match=r"\[fixed\] line_setups.*one of"):
+        parse_sweep_spec(_with("fixed", "line_setups", "twice"))
+    with pytest.raises(UsageError, match="twice"):
+        line_setups_spec(plain, "twice")
+    with pytest.raises(InputError, match="setup_per_line"):  # the 0.8.0 switch is gone, loudly
+        parse_sweep_spec(_with("fixed", "setup_per_line", True))
+
+
+def test_line_setups_are_the_simulators() -> None:
+    from nuna.experiments.spec import LINE_SETUPS
+    from nuna.sim.replay import DEFAULT_LINE_SETUPS, LINE_SETUP_RULES
+    assert tuple(sorted(LINE_SETUP_RULES)) == LINE_SETUPS
+    assert DEFAULT_LINE_SETUPS in LINE_SETUPS

@@ -1,0 +1,105 @@
+"""Error of packets against 256-byte flits under each head set-up rule (``SimOptions.line_setups``,
+docs/simulator.md §5, "Head set-ups per line"), and the NAP+NAR-over-UA speedups they give.
+
+``python benchmarks/bench_line_setups.py [--rules one,series,overlap] [--case NAME ...]
+[--flits]`` (about 10 minutes for every case and rule on a 2-core machine, one process per
+case). Each case is a direct plan placed as the sweeps place it (``apply_config``) and replayed
+with forced packet sizes or ``auto``. The flits' times are the measured ones of
+docs/simulator.md §5 (2026-12-02 and -04, nuna 0.6.0-0.8.0, whose flit replays 0.9.0 keeps to
+the digit); ``--flits`` replays them again instead (the 64-GPU ones take 12-17 minutes each).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from typing import Any
+
+MIB = 1 << 20
+# name: (collective, GPUs, size, threadblocks per peer, packet bytes, configuration, flits' us)
+CASES: dict[str, tuple[str, int, int, int, int | str, str, float]] = {
+    "ag2-512MB-16tb-auto": ("allgather", 2, 512_000_000, 16, "auto", "UA", 275.26),
+    "ag8-32MB-1KiB": ("allgather", 8, 32_000_000, 1, 1024, "UA", 48.63),
+    "ag8-32MB-4KiB": ("allgather", 8, 32_000_000, 1, 4096, "UA", 48.63),
+    "ag2-256MB-16tb-1KiB": ("allgather", 2, 256_000_000, 16, 1024, "UA", 135.50),
+    "ag2-256MB-16tb-4KiB": ("allgather", 2, 256_000_000, 16, 4096, "UA", 135.50),
+    "ag16-4MB-nap-1KiB": ("allgather", 16, 4_000_000, 1, 1024, "NAP+NAR", 7.58),
+    "ag16-4MB-nap-2KiB": ("allgather", 16, 4_000_000, 1, 2048, "NAP+NAR", 7.58),
+    "ag16-4MB-nap-4KiB": ("allgather", 16, 4_000_000, 1, 4096, "NAP+NAR", 7.58),
+    "ag2-64MB-4KiB": ("allgather", 2, 64_000_000, 1, 4096, "UA", 360.11),
+    "ag8-100MiB-2KiB-ua": ("allgather", 8, 100 * MIB, 1, 2048, "UA", 154.65),
+    "ag8-100MiB-2KiB-nap": ("allgather", 8, 100 * MIB, 1, 2048, "NAP+NAR", 178.35),
+    "ag8-100MiB-8KiB-ua": ("allgather", 8, 100 * MIB, 1, 8192, "UA", 154.65),
+    "ag64-100MiB-auto-ua": ("allgather", 64, 100 * MIB, 1, "auto", "UA", 152.26),
+    "ag64-100MiB-auto-nap": ("allgather", 64, 100 * MIB, 1, "auto", "NAP+NAR", 154.17),
+    "ag8-100MiB-auto-ua": ("allgather", 8, 100 * MIB, 1, "auto", "UA", 154.65),
+    "ag8-100MiB-auto-nap": ("allgather", 8, 100 * MIB, 1, "auto", "NAP+NAR", 178.35),
+    "a2a8-100MiB-auto-ua": ("alltoall", 8, 100 * MIB, 1, "auto", "UA", 281.37),
+    "a2a8-100MiB-auto-nap": ("alltoall", 8, 100 * MIB, 1, "auto", "NAP+NAR", 299.06),
+}
+RULES = ("one", "series", "overlap")
+
+
+def _run(name: str, rule: str) -> dict[str, Any]:
+    """One replay in this process: ``rule`` names a head set-up rule, or ``flits``."""
+    from nuna.passes import PassContext, apply_config
+    from nuna.plan.generate import generate
+    from nuna.sim import SimOptions, simulate
+    from nuna.topology.spec import load_topology
+
+    coll, gpus, size, tbs, packet, config, _ = CASES[name]
+    spec = load_topology("nuna-4die")
+    plan = generate(coll, gpus, algo="direct", tbs_per_peer=tbs)
+    plan = apply_config(plan, config, PassContext(spec, size))
+    cpu0 = time.process_time()
+    if rule == "flits":
+        res = simulate(plan, spec, size, packet_bytes=256)
+    else:
+        res = simulate(plan, spec, size, packet_bytes=packet, options=SimOptions(line_setups=rule))
+    return {"time_us": res.time_ns / 1000.0, "packet_bytes": res.packet_bytes, "events": res.events,
+            "cpu_s": time.process_time() - cpu0}
+
+
+def _spawn(name: str, rule: str) -> dict[str, Any]:
+    out = subprocess.run([sys.executable, __file__, "--run", name, rule], capture_output=True, text=True,
+                         check=True)
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rules", default=",".join(RULES), help="comma-separated rules (default: all)")
+    parser.add_argument("--case", action="append", choices=sorted(CASES), help="cases (default: all)")
+    parser.add_argument("--flits", action="store_true", help="replay the flits too, not the stored times")
+    parser.add_argument("--run", nargs=2, help=argparse.SUPPRESS)  # internal: one replay, print JSON
+    args = parser.parse_args()
+    if args.run:
+        print(json.dumps(_run(*args.run)))
+        return
+    rules = [r for r in args.rules.split(",") if r]
+    if unknown := sorted(set(rules) - set(RULES)):
+        parser.error(f"unknown rule {', '.join(unknown)} (choose from {', '.join(RULES)})")
+    names = args.case or list(CASES)
+    print(f"{'case':<22} {'packet':>7} {'flits us':>9} " + " ".join(f"{r:>9}" for r in rules))
+    times: dict[tuple[str, str], float] = {}
+    for name in names:
+        flits = _spawn(name, "flits")["time_us"] if args.flits else CASES[name][6]
+        times[name, "flits"] = flits
+        cells, packet = [], 0
+        for rule in rules:
+            r = _spawn(name, rule)
+            times[name, rule] = r["time_us"]
+            packet = r["packet_bytes"]
+            cells.append(f"{(r['time_us'] / flits - 1) * 100:+8.2f}%")
+        print(f"{name:<22} {packet:>7} {flits:9.2f} " + " ".join(cells), flush=True)
+    pairs = [(n, n[:-2] + "nap") for n in names if n.endswith("-ua") and n[:-2] + "nap" in names]
+    for ua, nap in pairs:
+        speedups = ", ".join(f"{r} {times[ua, r] / times[nap, r]:.3f}x" for r in ("flits", *rules))
+        print(f"NAP+NAR over UA, {ua[:-3]}: {speedups}")
+
+
+if __name__ == "__main__":
+    main()
