@@ -54,9 +54,9 @@ def figure(
                                                 "(fig9-packets1KiB).", show_default=False),
     fast_forward: bool = typer.Option(False, "--fast-forward", help="Skip the middle of steady states "
                                       "(docs/simulator.md section 7), into a sweep of its own (fig9-ff)."),
-    line_setups: LineSetups = typer.Option(LineSetups.OVERLAP, "--line-setups", help=LINE_SETUPS_HELP
-                                           + " Other than the default: into a sweep of its own "
-                                           "(fig9-setups-series)."),
+    line_setups: LineSetups | None = typer.Option(None, "--line-setups", help=LINE_SETUPS_HELP
+                                                  + " Other than the default: into a sweep of its own "
+                                                  "(fig9-setups-series).", show_default=False),
 ) -> None:
     """Render one of the paper's Figures 9-14 from its sweep (run or resumed as needed).
 
@@ -76,7 +76,8 @@ def figure(
         cap = None if max_packet_bytes is None else parse_size_option(max_packet_bytes)
         result = run_figure(name, out, spec_dir=spec_dir, quick=quick, executor=executor.value, jobs=jobs,
                             progress=bar, only=only, windowed=windowed, max_packet_bytes=cap,
-                            fast_forward=fast_forward, line_setups=line_setups.value)
+                            fast_forward=fast_forward,
+                            line_setups=None if line_setups is None else line_setups.value)
     finally:
         bar.close()
     s = result.summary

@@ -101,7 +101,8 @@ def simulate(
                                       "and replay their ends (sampled simulation: -2.4% to +1.8% against "
                                       "the full replay where measured, docs/simulator.md section 7; "
                                       "not with --trace)."),
-    line_setups: LineSetups = typer.Option(LineSetups.OVERLAP, "--line-setups", help=LINE_SETUPS_HELP),
+    line_setups: LineSetups | None = typer.Option(None, "--line-setups", help=LINE_SETUPS_HELP,
+                                                  show_default=False),
     threads: int | None = typer.Option(None, "--threads", min=1, help="Threads a windowed replay runs its "
                                        "GPUs on (the result does not depend on it). Default: every core.",
                                        show_default=False),
@@ -124,7 +125,9 @@ def simulate(
     if max_packet_bytes is not None and packets != "auto":
         raise UsageError("--max-packet-bytes caps what --packet-bytes auto picks; give one or the other")
     options = SimOptions(windowed=windowed, fast_forward=FastForward() if fast_forward else None,
-                         threads=threads, line_setups=line_setups.value)
+                         threads=threads)
+    if line_setups is not None:
+        options = dataclasses.replace(options, line_setups=line_setups.value)
     if max_packet_bytes is not None:
         options = dataclasses.replace(options, max_packet_bytes=_size(max_packet_bytes))
     spec = load_topology(topology)
