@@ -67,5 +67,8 @@ def mutating_point(point: dict[str, Any]) -> dict[str, Any]:
 
 
 def env_point(point: dict[str, Any]) -> dict[str, Any]:
-    """Reports the thread-pool settings the worker runs with."""
-    return {"numba_threads": os.environ.get("NUMBA_NUM_THREADS")}
+    """Reports the thread-pool settings the worker runs with: the variable, and the threads
+    numba's parallel sections use (what the variable sets only if numba was not yet imported)."""
+    import numba
+
+    return {"numba_threads": os.environ.get("NUMBA_NUM_THREADS"), "numba_running": numba.get_num_threads()}

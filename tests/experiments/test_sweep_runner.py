@@ -487,3 +487,30 @@ def test_workers_share_the_cores_between_their_thread_pools(
     monkeypatch.setenv("NUMBA_NUM_THREADS", "3")  # the user's choice wins
     run_sweep(spec, tmp_path / "b", jobs=2)
     assert {r["result"]["numba_threads"] for r in load_results(tmp_path / "b")} == {"3"}
+
+
+def test_cli_workers_run_numba_on_their_share_of_the_cores(
+        fake_points: str, write_spec: Callable[..., Path], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A spawned worker imports its parent's main module first: from the CLI's, numba comes in
+    before the worker sets NUMBA_NUM_THREADS, and reads it then. The threads numba runs on must
+    still be the worker's share (two workers' windowed replays on every core each ran 2.7x
+    slower, docs/results.md, Speed)."""
+    from nuna.experiments.executors import default_jobs
+
+    monkeypatch.delenv("NUMBA_NUM_THREADS", raising=False)
+    text = ('[sweep]\npoint_function = "sweep_fake_points:env_point"\n'
+            '[grid]\ncollectives = ["allgather"]\ngpus = [2, 4]\nsizes = ["1MB"]\nconfigs = ["UA"]\n')
+    spec_path = write_spec(text)
+    driver = tmp_path / "nuna_main.py"  # a file, as the `nuna` script is: spawn imports it
+    driver.write_text("import sys\nfrom nuna.cli import main\n\nif __name__ == '__main__':\n"
+                      "    sys.argv[0] = 'nuna'\n    main()\n")
+    out = tmp_path / "out"
+    command = [sys.executable, str(driver), "sweep", str(spec_path), "-o", str(out), "--jobs", "2", "--quiet"]
+    proc = subprocess.run(command, cwd=REPO, env=dict(os.environ), capture_output=True, text=True,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr
+    share = max(1, default_jobs() // 2)
+    results = load_results(out)
+    assert len(results) == 2
+    assert {r["result"].get("numba_running") for r in results} == {share}, results
