@@ -92,10 +92,26 @@ def resolve_point_function(name: str) -> PointFunction:
     return func
 
 
+def _share_numba_threads() -> None:
+    """Run numba's parallel sections on ``NUMBA_NUM_THREADS`` threads where numba was imported
+    before the variable was set: numba reads it at import, and a spawned worker imports its
+    parent's main module first (the ``nuna`` script, which imports numba), as dask's workers do
+    too. Left alone, every worker's windowed replays ran on all the cores, two workers' threads
+    on two cores (docs/results.md, Speed: the grid's windowed points 1.77x slower). The count
+    is the calling thread's, so tasks set it where they run."""
+    wanted = os.environ.get("NUMBA_NUM_THREADS")
+    if wanted is None or "numba" not in sys.modules:
+        return
+    import numba
+
+    numba.set_num_threads(max(1, min(int(wanted), int(numba.config.NUMBA_NUM_THREADS))))  # type: ignore[attr-defined]
+
+
 def execute(task: Task) -> Outcome:
     """Run one task in a worker. Every exception of the point becomes a failed outcome, so one
     bad point never stops a sweep; the result is checked to be JSON data here, where the
     traceback still names the point."""
+    _share_numba_threads()
     start = time.perf_counter()
     try:
         func = resolve_point_function(task.point_function)
@@ -207,15 +223,7 @@ def _start_worker(threads: int, driver: int) -> None:
     collections rare (:func:`nuna.process.tune_gc`) and die with the driver."""
     for name in _THREAD_VARIABLES:
         os.environ.setdefault(name, str(threads))
-    if "numba" in sys.modules:
-        # numba read NUMBA_NUM_THREADS when it was imported, and a spawned worker imports its
-        # parent's main module first (the CLI, which imports numba): left alone, every worker's
-        # windowed replays ran on all the cores, two workers' threads on two cores (measured:
-        # the grid's 32-GPU 100 MiB allreduce, 8 KiB packets, 2.7x slower than alone)
-        import numba
-
-        wanted = int(os.environ["NUMBA_NUM_THREADS"])
-        numba.set_num_threads(max(1, min(wanted, int(numba.config.NUMBA_NUM_THREADS))))  # type: ignore[attr-defined]
+    _share_numba_threads()
     tune_gc()
     _die_with(driver)
 

@@ -489,9 +489,10 @@ def test_workers_share_the_cores_between_their_thread_pools(
     assert {r["result"]["numba_threads"] for r in load_results(tmp_path / "b")} == {"3"}
 
 
+@pytest.mark.parametrize("executor", ["local", "dask"])
 def test_cli_workers_run_numba_on_their_share_of_the_cores(
         fake_points: str, write_spec: Callable[..., Path], tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, executor: str) -> None:
     """A spawned worker imports its parent's main module first: from the CLI's, numba comes in
     before the worker sets NUMBA_NUM_THREADS, and reads it then. The threads numba runs on must
     still be the worker's share (two workers' windowed replays on every core each ran 2.7x
@@ -506,7 +507,10 @@ def test_cli_workers_run_numba_on_their_share_of_the_cores(
     driver.write_text("import sys\nfrom nuna.cli import main\n\nif __name__ == '__main__':\n"
                       "    sys.argv[0] = 'nuna'\n    main()\n")
     out = tmp_path / "out"
-    command = [sys.executable, str(driver), "sweep", str(spec_path), "-o", str(out), "--jobs", "2", "--quiet"]
+    if executor == "dask":
+        pytest.importorskip("distributed")
+    command = [sys.executable, str(driver), "sweep", str(spec_path), "-o", str(out), "--jobs", "2", "--quiet",
+               "--executor", executor]
     proc = subprocess.run(command, cwd=REPO, env=dict(os.environ), capture_output=True, text=True,
                           check=False)
     assert proc.returncode == 0, proc.stderr
