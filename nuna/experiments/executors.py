@@ -97,8 +97,9 @@ def _share_numba_threads() -> None:
     before the variable was set: numba reads it at import, and a spawned worker imports its
     parent's main module first (the ``nuna`` script, which imports numba), as dask's workers do
     too. Left alone, every worker's windowed replays ran on all the cores, two workers' threads
-    on two cores (docs/results.md, Speed: the grid's windowed points 1.77x slower). The count
-    is the calling thread's, so tasks set it where they run."""
+    on two cores (docs/results.md, Speed). The count is the calling thread's, so
+    :func:`execute` sets it where each task runs, in a local worker's main thread or a dask
+    worker's executor thread."""
     wanted = os.environ.get("NUMBA_NUM_THREADS")
     if wanted is None or "numba" not in sys.modules:
         return
@@ -223,7 +224,6 @@ def _start_worker(threads: int, driver: int) -> None:
     collections rare (:func:`nuna.process.tune_gc`) and die with the driver."""
     for name in _THREAD_VARIABLES:
         os.environ.setdefault(name, str(threads))
-    _share_numba_threads()
     tune_gc()
     _die_with(driver)
 

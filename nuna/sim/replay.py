@@ -53,6 +53,11 @@ I64 = npt.NDArray[np.int64]
 PacketBytes = int | Literal["auto"]
 
 
+#: ``SimOptions.line_setups`` -> the engine's rule
+LINE_SETUP_RULES = {"one": eng.LINE_SETUP_ONE, "series": eng.LINE_SETUP_SERIES,
+                    "overlap": eng.LINE_SETUP_OVERLAP}
+DEFAULT_LINE_SETUPS = "overlap"
+
 @dataclass(frozen=True, slots=True)
 class SimOptions:
     """Model parameters the topology file does not carry (each documented in docs/simulator.md)."""
@@ -85,13 +90,8 @@ class SimOptions:
     # the m one-line packets of the 256-byte reference could have left, one per input time and
     # set-up in each of the port's channels with room; "series" m set-ups after the packet;
     # "one" one (nuna <= 0.8.0). Flits replay the same under every rule
-    line_setups: str = "overlap"
+    line_setups: str = DEFAULT_LINE_SETUPS
 
-
-#: ``SimOptions.line_setups`` -> the engine's rule
-LINE_SETUP_RULES = {"one": eng.LINE_SETUP_ONE, "series": eng.LINE_SETUP_SERIES,
-                    "overlap": eng.LINE_SETUP_OVERLAP}
-DEFAULT_LINE_SETUPS = "overlap"
 
 #: GPUs from which ``SimOptions(windowed=None)`` replays windowed: where a pod's engine state
 #: outgrows the cache (docs/simulator.md §6, the loop by pod size, three runs each: 1.14-1.76x at 16-64
