@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -64,3 +65,12 @@ def benchmark_module(name: str) -> ModuleType:
     sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
+
+
+def force_engine_state(monkeypatch: pytest.MonkeyPatch, module: ModuleType, **overrides: Any) -> None:
+    """Make ``module``'s engine states (``module.eng.make_state``, as ``nuna.sim.replay`` and
+    ``nuna.sim.noc`` call it) with ``overrides`` in place of what the caller asked: a model rule
+    forced on or off under a replay that would choose otherwise. It wraps whatever
+    ``make_state`` is in place, so it composes with a spy patched in before."""
+    make_state = module.eng.make_state
+    monkeypatch.setattr(module.eng, "make_state", lambda *a, **k: make_state(*a, **{**k, **overrides}))

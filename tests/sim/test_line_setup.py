@@ -25,6 +25,7 @@ from nuna.sim import replay as replay_mod
 from nuna.sim.network import RouterParams
 from nuna.sim.replay import SimOptions
 from nuna.topology.spec import load_topology
+from tests.conftest import force_engine_state
 
 RULES = {"series": eng.LINE_SETUP_SERIES, "overlap": eng.LINE_SETUP_OVERLAP}
 
@@ -32,12 +33,6 @@ RULES = {"series": eng.LINE_SETUP_SERIES, "overlap": eng.LINE_SETUP_OVERLAP}
 @pytest.fixture(scope="module")
 def spec():  # type: ignore[no-untyped-def]
     return load_topology("nuna-4die")
-
-
-def _forcing(monkeypatch: pytest.MonkeyPatch, module: Any, rule: int) -> None:
-    """Make ``module``'s engine states with ``rule``, whatever the caller asked."""
-    make_state = eng.make_state
-    monkeypatch.setattr(module.eng, "make_state", lambda *a, **k: make_state(*a, **{**k, "line_setup": rule}))
 
 
 def _json(result: Any) -> dict[str, Any]:
@@ -53,7 +48,7 @@ def test_flits_replay_the_same_with_the_rule_forced(spec, monkeypatch: pytest.Mo
     # stores; 1,000,004 bytes leave a part line at the end of every chunk
     plan = generate("allreduce", 4, tbs_per_peer=1)
     plain = _json(simulate(plan, spec, 1_000_004, packet_bytes=256))
-    _forcing(monkeypatch, replay_mod, RULES[rule])
+    force_engine_state(monkeypatch, replay_mod, line_setup=RULES[rule])
     assert _json(simulate(plan, spec, 1_000_004, packet_bytes=256)) == plain
 
 
@@ -127,7 +122,7 @@ def test_the_head_behind_a_worm_waits_its_lines_set_ups(monkeypatch: pytest.Monk
     src = np.array([0, 0])
     dst = np.array([3, 3])
     plain, grants = noc.simulate_packets(mesh, birth, src, dst, 4)
-    _forcing(monkeypatch, noc, RULES[rule])
+    force_engine_state(monkeypatch, noc, line_setup=RULES[rule])
     forced, forced_grants = noc.simulate_packets(mesh, birth, src, dst, 4)
     setup = RouterParams().head_setup_cycles  # build_mesh's default, in cycles
     assert forced_grants == grants

@@ -18,18 +18,13 @@ from nuna.sim import noc, simulate
 from nuna.sim import replay as replay_mod
 from nuna.sim.replay import SimOptions
 from nuna.topology.spec import load_topology
+from tests.conftest import force_engine_state
 from tests.sim.test_engine import unreturned_credit
 
 
 @pytest.fixture(scope="module")
 def spec():  # type: ignore[no-untyped-def]
     return load_topology("nuna-4die")
-
-
-def _forcing_pileup(monkeypatch: pytest.MonkeyPatch, module: Any, on: bool) -> None:
-    """Make ``module``'s engine states with the rule forced ``on`` or off."""
-    make_state = eng.make_state
-    monkeypatch.setattr(module.eng, "make_state", lambda *a, **k: make_state(*a, **{**k, "pileup": on}))
 
 
 def _noc_traffic(flits: int, seed: int) -> tuple[noc.MeshNet, Any, Any, Any]:
@@ -45,7 +40,7 @@ def _noc_traffic(flits: int, seed: int) -> tuple[noc.MeshNet, Any, Any, Any]:
 def test_one_flit_packets_replay_the_same_with_the_rule(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
     mesh, birth, src, dst = _noc_traffic(1, seed)
     plain, grants = noc.simulate_packets(mesh, birth, src, dst, 1)
-    _forcing_pileup(monkeypatch, noc, True)
+    force_engine_state(monkeypatch, noc, pileup=True)
     forced, forced_grants = noc.simulate_packets(mesh, birth, src, dst, 1)
     np.testing.assert_array_equal(forced, plain)
     assert forced_grants == grants
@@ -56,7 +51,7 @@ def test_the_rule_holds_waiting_worms_back_at_a_hot_spot(monkeypatch: pytest.Mon
     # buffer room their flits fill, so the packets behind enter later and latency rises
     mesh, birth, src, dst = _noc_traffic(8, 3)
     piled, _ = noc.simulate_packets(mesh, birth, src, dst, 8)
-    _forcing_pileup(monkeypatch, noc, False)
+    force_engine_state(monkeypatch, noc, pileup=False)
     one_flit, _ = noc.simulate_packets(mesh, birth, src, dst, 8)
     assert not np.isnan(piled).any()
     assert not np.isnan(one_flit).any()
@@ -110,7 +105,7 @@ def test_packets_stay_close_to_flits_where_stores_converge(spec, monkeypatch: py
     one = SimOptions(line_setups="one")
     flits = simulate(plan, spec, size, packet_bytes=256).time_ns
     piled = simulate(plan, spec, size, packet_bytes=4096, options=one).time_ns
-    _forcing_pileup(monkeypatch, replay_mod, False)
+    force_engine_state(monkeypatch, replay_mod, pileup=False)
     one_flit = simulate(plan, spec, size, packet_bytes=4096, options=one).time_ns
     assert abs(piled / flits - 1) < 0.03
     assert one_flit / flits - 1 < -0.08  # the convergence the rule restores

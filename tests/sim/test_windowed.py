@@ -29,6 +29,7 @@ from nuna.sim.replay import (
     _window_ns,
 )
 from nuna.topology.spec import load_topology
+from tests.conftest import force_engine_state
 
 WINDOWED = SimOptions(windowed=True)
 
@@ -250,7 +251,7 @@ def test_the_replay_sizes_its_rings_from_the_jobs_its_cus_hold(spec, monkeypatch
     # a GPU sends 3 x 1 MiB in at least 3,072 jobs from 12 CUs (a threadblock each) of 175 jobs
     per_gpu = min(3 * (1 << 20) // 1024, 12 * 175)
     assert seen == [2 * per_gpu * (1 if windowed else 4)]
-    monkeypatch.setattr(replay.eng, "make_state", lambda *a, **k: make_state(*a, **{**k, "ring_events": 0}))
+    force_engine_state(monkeypatch, replay, ring_events=0)
     assert _json(simulate(plan, spec, 4 << 20, packet_bytes=1024, options=options)) == _json(sized)
 
 
