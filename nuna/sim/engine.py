@@ -1019,13 +1019,13 @@ def _grant(net: Any, st: Any, p: int, ein: int, e: int, v: int, leg: int, pos: i
         done = t_lf + f * inv_in  # the tail has left the buffer
         rule = st.ctr[C_LINE_SETUP]
         if rule != LINE_SETUP_ONE and setup > 0.0:
-            # a load counts the lines of its response: its request of m x 64 bytes stands for m
-            # requests
-            lines = pi[p, PI_SIZE0] if pi[p, PI_SIZE0] > pi[p, PI_SIZE1] else pi[p, PI_SIZE1]
+            # m lines: a load counts the bytes of its response, as its request of m x 64 bytes
+            # stands for m requests
+            nbytes = pi[p, PI_SIZE0] if pi[p, PI_SIZE0] > pi[p, PI_SIZE1] else pi[p, PI_SIZE1]
             # in integers: numba does a float floor division as Python does, through an fmod, and
             # this runs on every grant of a packet (docs/simulator.md §5, Cost)
             fl = int(flit)
-            m = float((lines + fl - 1) // fl)
+            m = float((nbytes + fl - 1) // fl)
             if m > 1.0:
                 if rule == LINE_SETUP_SERIES:
                     setup *= m

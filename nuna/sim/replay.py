@@ -58,6 +58,7 @@ LINE_SETUP_RULES = {"one": eng.LINE_SETUP_ONE, "series": eng.LINE_SETUP_SERIES,
                     "overlap": eng.LINE_SETUP_OVERLAP}
 DEFAULT_LINE_SETUPS = "overlap"
 
+
 @dataclass(frozen=True, slots=True)
 class SimOptions:
     """Model parameters the topology file does not carry (each documented in docs/simulator.md)."""
