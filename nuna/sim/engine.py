@@ -141,11 +141,13 @@ NEF = 8
 EI_CAP, EI_NVC, EI_FIFO, EI_VBASE, EI_WHEAD, EI_WTAIL, EI_ACTIVE, EI_RHEAD, EI_RTAIL, EI_INSTACK, EI_RR, \
     EI_CWAIT, EI_PKTS, EI_NOTIFY, EI_DCLASS, EI_WCLASS = range(16)
 NEI = 16
-# State.vf columns (per virtual channel of a buffered edge): credits in use, FIFO of packets,
-# pending credit returns, time a new head may bid, packets queued (source queues only), then the
-# returns' times and bytes
-VF_USED, VF_HEAD, VF_TAIL, VF_CRN, VF_READY, VF_QLEN = range(6)
-VF_RING = 6
+# State.vf columns (per virtual channel of a buffered edge): FIFO of packets, pending credit
+# returns, time a new head may bid, packets queued (source queues only), then the returns' times
+# and bytes. The credit bytes in use are apart, in State.vu: a grant reads them for every channel
+# of a port (``_pick_vc``, ``_channels_with_room``), one cache line for the four channels of a
+# port instead of a line of each channel's row
+VF_HEAD, VF_TAIL, VF_CRN, VF_READY, VF_QLEN = range(5)
+VF_RING = 5
 # State.pi columns (per packet, int32; one 64-byte row): second segment, edge-id offsets and
 # sizes of the two legs, current leg, index of the current edge in ``seg_edge`` and the end of
 # the current leg's segment there, virtual channel and credit bytes held, list links, head
@@ -172,6 +174,7 @@ State = namedtuple(
         "ei",  # i4[E, NEI]
         "stack",  # i4[E] edges to arbitrate at the current time
         "vf",  # f8[VC rows, VF_RING + 2R]
+        "vu",  # f8[VC rows] credit bytes in use
         "pi",  # i4[P, NPI]
         "pf",  # f8[P, 4] time the tail reached (or reaches) the packet's current buffer; time it
         # left its source queue (-1 until then); time its head reached (reaches) that buffer;
@@ -393,7 +396,7 @@ def make_state(net: Any, packets: int, heap: int, ring: int, domains: int = 1, b
     if G > MAX_DOMAINS:
         raise ValueError(f"too many domains for the event keys ({G} > {MAX_DOMAINS})")
     ob = np.zeros((G * obcap, 4)) if G > 1 else np.zeros((1, 4))
-    return State(ef, ei, np.zeros(max(1, E), np.int32), vf, pi, _aligned(4 * P).reshape(P, 4),
+    return State(ef, ei, np.zeros(max(1, E), np.int32), vf, _aligned(max(1, nrows)), pi, _aligned(4 * P).reshape(P, 4),
                  np.zeros(K), h, hk, fq, fq.view(np.int64), np.zeros((G * D, 2), np.int64),
                  np.full(G * D, INF), np.zeros((G, 2), np.int64), ctr,
                  dctr, np.zeros((G, B if G > 1 else 1), np.int32), np.zeros((G, K)), ob, ob.view(np.int64))
@@ -848,7 +851,7 @@ def _apply_vc_credits(st: Any, k: int, now: float) -> float:
     while i < n:
         t = vf[k, VF_RING + i]
         if t <= now:
-            vf[k, VF_USED] -= vf[k, VF_RING + R + i]
+            st.vu[k] -= vf[k, VF_RING + R + i]
             n -= 1
             vf[k, VF_RING + i] = vf[k, VF_RING + n]
             vf[k, VF_RING + R + i] = vf[k, VF_RING + R + n]
@@ -972,7 +975,7 @@ def _channels_with_room(st: Any, ein: int, k: int, flit: float, now: float) -> i
         row = base + u
         if row == k:
             continue
-        used = vf[row, VF_USED]
+        used = st.vu[row]
         if cap - used < flit:
             for i in range(int(vf[row, VF_CRN])):
                 if vf[row, VF_RING + i] <= now:
@@ -1055,7 +1058,7 @@ def _grant(net: Any, st: Any, p: int, ein: int, e: int, v: int, leg: int, pos: i
     kk = ei[e, EI_VBASE] + v
     if cap >= 0:
         need = _need(size, cap, flit)
-        vf[kk, VF_USED] += need
+        st.vu[kk] += need
     pi[p, PI_NEED] = need
     pi[p, PI_VC] = v
     pi[p, PI_LEG] = leg
@@ -1164,11 +1167,11 @@ def _pile_up(st: Any, k: int, cap: int, now: float) -> None:
         return
     else:
         want = int(size * (now - t_head) / (t_tail - t_head))
-    room = cap - st.vf[k, VF_USED]
+    room = cap - st.vu[k]
     if want > held + room:
         want = int(held + room)
     if want > held:
-        st.vf[k, VF_USED] += want - held
+        st.vu[k] += want - held
         st.pi[h, PI_NEED] = want
 
 
@@ -1192,11 +1195,11 @@ def _pick_vc(st: Any, e: int, need: int, now: float) -> tuple[int, float]:
             v -= nv
         if pile:
             _pile_up(st, base + v, cap, now)
-        if cap - st.vf[base + v, VF_USED] < need:
+        if cap - st.vu[base + v] < need:
             due = _apply_vc_credits(st, base + v, now)
             if due < earliest:
                 earliest = due
-            if cap - st.vf[base + v, VF_USED] < need:
+            if cap - st.vu[base + v] < need:
                 continue
         ei[e, EI_RR] = v + 1 if v + 1 < nv else 0
         return v, INF
@@ -2151,7 +2154,7 @@ def _replay_event(net: Any, st: Any, R: Any, now: float, pay: int) -> None:
 def domain_state(st: Any, g: int) -> Any:
     """Windowed scheduling: domain ``g``'s view of ``st`` (its own counters, arbitration stack
     and waits; every other array shared, each domain touching only its own rows)."""
-    return State(st.ef, st.ei, st.dstack[g], st.vf, st.pi, st.pf, st.dwait[g], st.heap, st.heapk, st.fq,
+    return State(st.ef, st.ei, st.dstack[g], st.vf, st.vu, st.pi, st.pf, st.dwait[g], st.heap, st.heapk, st.fq,
                  st.fqk, st.fqs, st.fqh, st.qn, st.dctr[g], st.dctr, st.dstack, st.dwait, st.ob, st.obk)
 
 

@@ -148,7 +148,7 @@ def unreturned_credit(net: Any, state: Any) -> np.ndarray:
     ring = int(state.ctr[eng.C_RING])
     rows = state.vf[: _vc_rows(net)]
     pending = sum(rows[:, eng.VF_RING + ring + i] * (i < rows[:, eng.VF_CRN]) for i in range(ring))
-    return np.asarray(rows[:, eng.VF_USED] - pending)
+    return np.asarray(state.vu[: _vc_rows(net)] - pending)
 
 
 @pytest.mark.parametrize("ring", [1, 8])

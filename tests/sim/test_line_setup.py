@@ -142,27 +142,27 @@ def _port_state() -> tuple[Any, int, int, int, float]:
 def test_the_channels_a_stream_is_dealt_over_are_those_with_room() -> None:
     st, edge, base, cap, flit = _port_state()
     own = base  # the channel the packet leaves
-    st.vf[base:base + 4, eng.VF_USED] = cap  # every channel full: only its own
+    st.vu[base:base + 4] = cap  # every channel full: only its own
     assert eng._channels_with_room(st, edge, own, flit, 0.0) == 1
-    st.vf[own, eng.VF_USED] = 0.0  # which counts whatever its room
+    st.vu[own] = 0.0  # which counts whatever its room
     assert eng._channels_with_room(st, edge, own, flit, 0.0) == 1
     for free in (1, 2, 3):
-        st.vf[base + free, eng.VF_USED] = cap - flit  # room for exactly one flit
+        st.vu[base + free] = cap - flit  # room for exactly one flit
         assert eng._channels_with_room(st, edge, own, flit, 0.0) == free + 1
-    st.vf[base + 1, eng.VF_USED] = cap - flit + 1  # not quite a flit
+    st.vu[base + 1] = cap - flit + 1  # not quite a flit
     assert eng._channels_with_room(st, edge, own, flit, 0.0) == 3
 
 
 def test_the_channels_with_room_count_due_credit_returns() -> None:
     st, edge, base, cap, flit = _port_state()
-    st.vf[base:base + 4, eng.VF_USED] = cap
+    st.vu[base:base + 4] = cap
     ring = int(st.ctr[eng.C_RING])
     st.vf[base + 2, eng.VF_CRN] = 1  # a flit's credit comes back to channel 2 at 5 ns
     st.vf[base + 2, eng.VF_RING] = 5.0
     st.vf[base + 2, eng.VF_RING + ring] = flit
     assert eng._channels_with_room(st, edge, base, flit, 4.0) == 1
     assert eng._channels_with_room(st, edge, base, flit, 5.0) == 2
-    assert st.vf[base + 2, eng.VF_USED] == cap  # read, not applied
+    assert st.vu[base + 2] == cap  # read, not applied
     assert st.vf[base + 2, eng.VF_CRN] == 1
 
 
