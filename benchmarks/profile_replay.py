@@ -196,6 +196,8 @@ def main() -> None:
     ap.add_argument("--hz", type=int, default=2000, help="samples per second (default 2000)")
     ap.add_argument("--top", type=int, default=25, help="functions to list (default 25)")
     ap.add_argument("--hot", type=int, default=0, help="hottest instructions of the top kernel to list")
+    ap.add_argument("--line-setups", default=None,
+                    help="the packets' head set-up rule (SimOptions.line_setups; default: the simulator's)")
     args = ap.parse_args()
     if shutil.which("perf") is None or shutil.which("nm") is None or shutil.which("objdump") is None:
         raise SystemExit("profile_replay.py: needs perf (Debian: linux-perf), nm and objdump on PATH")
@@ -218,7 +220,8 @@ def main() -> None:
     if case.config is not None:
         from nuna.passes import PassContext, apply_config
         plan = apply_config(plan, case.config, PassContext(spec, case.size_bytes))
-    options = SimOptions() if case.windowed is None else SimOptions(windowed=case.windowed)
+    extra: dict[str, Any] = {} if args.line_setups is None else {"line_setups": args.line_setups}
+    options = SimOptions(windowed=case.windowed, **extra)
     packet: int | Literal["auto"] = case.packet_bytes if isinstance(case.packet_bytes, int) else "auto"
 
     with tempfile.TemporaryDirectory(prefix="nuna-prof-") as tmp_name:
