@@ -396,9 +396,9 @@ def make_state(net: Any, packets: int, heap: int, ring: int, domains: int = 1, b
     if G > MAX_DOMAINS:
         raise ValueError(f"too many domains for the event keys ({G} > {MAX_DOMAINS})")
     ob = np.zeros((G * obcap, 4)) if G > 1 else np.zeros((1, 4))
-    return State(ef, ei, np.zeros(max(1, E), np.int32), vf, _aligned(max(1, nrows)), pi, _aligned(4 * P).reshape(P, 4),
-                 np.zeros(K), h, hk, fq, fq.view(np.int64), np.zeros((G * D, 2), np.int64),
-                 np.full(G * D, INF), np.zeros((G, 2), np.int64), ctr,
+    return State(ef, ei, np.zeros(max(1, E), np.int32), vf, _aligned(max(1, nrows)), pi,
+                 _aligned(4 * P).reshape(P, 4), np.zeros(K), h, hk, fq, fq.view(np.int64),
+                 np.zeros((G * D, 2), np.int64), np.full(G * D, INF), np.zeros((G, 2), np.int64), ctr,
                  dctr, np.zeros((G, B if G > 1 else 1), np.int32), np.zeros((G, K)), ob, ob.view(np.int64))
 
 
@@ -2154,8 +2154,9 @@ def _replay_event(net: Any, st: Any, R: Any, now: float, pay: int) -> None:
 def domain_state(st: Any, g: int) -> Any:
     """Windowed scheduling: domain ``g``'s view of ``st`` (its own counters, arbitration stack
     and waits; every other array shared, each domain touching only its own rows)."""
-    return State(st.ef, st.ei, st.dstack[g], st.vf, st.vu, st.pi, st.pf, st.dwait[g], st.heap, st.heapk, st.fq,
-                 st.fqk, st.fqs, st.fqh, st.qn, st.dctr[g], st.dctr, st.dstack, st.dwait, st.ob, st.obk)
+    return State(st.ef, st.ei, st.dstack[g], st.vf, st.vu, st.pi, st.pf, st.dwait[g], st.heap, st.heapk,
+                 st.fq, st.fqk, st.fqs, st.fqh, st.qn, st.dctr[g], st.dctr, st.dstack, st.dwait, st.ob,
+                 st.obk)
 
 
 @_hot
