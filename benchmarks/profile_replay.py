@@ -211,7 +211,7 @@ def main() -> None:
 
     from nuna.plan.generate import generate
     from nuna.sim import simulate
-    from nuna.sim.replay import SimOptions
+    from nuna.sim.replay import DEFAULT_LINE_SETUPS, LINE_SETUP_RULES, SimOptions
     from nuna.topology.spec import load_topology
 
     spec = load_topology("nuna-4die")
@@ -220,8 +220,11 @@ def main() -> None:
     if case.config is not None:
         from nuna.passes import PassContext, apply_config
         plan = apply_config(plan, case.config, PassContext(spec, case.size_bytes))
-    extra: dict[str, Any] = {} if args.line_setups is None else {"line_setups": args.line_setups}
-    options = SimOptions(windowed=case.windowed, **extra)
+    rule = args.line_setups or DEFAULT_LINE_SETUPS
+    if rule not in LINE_SETUP_RULES:
+        raise SystemExit(f"profile_replay.py: unknown --line-setups {rule!r} "
+                         f"(one of {', '.join(LINE_SETUP_RULES)})")
+    options = SimOptions(windowed=case.windowed, line_setups=rule)
     packet: int | Literal["auto"] = case.packet_bytes if isinstance(case.packet_bytes, int) else "auto"
 
     with tempfile.TemporaryDirectory(prefix="nuna-prof-") as tmp_name:
