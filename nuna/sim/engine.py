@@ -145,7 +145,8 @@ NEI = 16
 # returns, time a new head may bid, packets queued (source queues only), then the returns' times
 # and bytes. The credit bytes in use are apart, in State.vu: a grant reads them for every channel
 # of a port (``_pick_vc``, ``_channels_with_room``), one cache line for the four channels of a
-# port instead of a line of each channel's row
+# port whose rows start on a four-row boundary (all of nuna-4die's, a test checks) instead of a
+# line of each channel's row
 VF_HEAD, VF_TAIL, VF_CRN, VF_READY, VF_QLEN = range(5)
 VF_RING = 5
 # State.pi columns (per packet, int32; one 64-byte row): second segment, edge-id offsets and

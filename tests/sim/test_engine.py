@@ -151,6 +151,23 @@ def unreturned_credit(net: Any, state: Any) -> np.ndarray:
     return np.asarray(state.vu[: _vc_rows(net)] - pending)
 
 
+def test_a_ports_credits_share_one_cache_line() -> None:
+    # why State.vu exists: a grant reads the credits of every channel of a port; on the default
+    # topology's pod each multi-channel port's credits lie in one 64-byte line
+    from nuna.sim.network import build_pod_net
+    from nuna.topology.spec import load_topology
+
+    pod = build_pod_net(load_topology("nuna-4die"), 2)
+    st = eng.make_state(pod.net, 4, 64, 4)
+    assert st.vu.ctypes.data % 64 == 0
+    base, nvc = pod.net.ei[:, eng.EI_VBASE], pod.net.ei[:, eng.EI_NVC]
+    ports = (base >= 0) & (nvc > 1)
+    assert ports.any()
+    first = base[ports] * 8 // 64
+    last = (base[ports] + nvc[ports] - 1) * 8 // 64
+    np.testing.assert_array_equal(first, last)
+
+
 @pytest.mark.parametrize("ring", [1, 8])
 def test_credits_all_come_back(ring: int) -> None:
     # ring 1: a virtual channel's second pending return already merges into the first
