@@ -17,12 +17,25 @@ def _current_umask() -> int:
     return mask
 
 
-def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file in the same folder and ``os.replace``."""
+def check_writable(path: str | os.PathLike[str]) -> None:
+    """Raise ``InputError`` now if :func:`write_atomic` could not write ``path``: its folder is
+    missing or not writable, or ``path`` is a folder. Commands call it on their output files
+    before the work, so that an hour's replay does not end in an output it cannot write."""
     target = Path(path)
     folder = target.parent if str(target.parent) else Path(".")
     if not folder.is_dir():
         raise InputError(f"{target}: folder {folder} does not exist")
+    if target.is_dir():
+        raise InputError(f"{target}: cannot write: it is a folder")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise InputError(f"{target}: cannot write in {folder}: permission denied")
+
+
+def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
+    """Write ``data`` to ``path`` via a temporary file in the same folder and ``os.replace``."""
+    target = Path(path)
+    folder = target.parent if str(target.parent) else Path(".")
+    check_writable(target)
     payload = data.encode("utf-8") if isinstance(data, str) else data
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)

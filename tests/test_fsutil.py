@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from nuna.errors import InputError
-from nuna.fsutil import write_atomic
+from nuna.fsutil import check_writable, write_atomic
 
 
 def test_writes_content_with_umask_mode(tmp_path: Path) -> None:
@@ -52,3 +52,23 @@ def test_unwritable_folder_names_the_target_not_the_temporary() -> None:
     with pytest.raises(InputError, match=r"/proc/x\.txt: cannot write in /proc") as err:
         write_atomic("/proc/x.txt", "x")
     assert ".tmp" not in str(err.value)
+
+
+def test_check_writable_accepts_a_new_or_existing_file_and_writes_nothing(tmp_path: Path) -> None:
+    check_writable(tmp_path / "new.json")
+    (tmp_path / "old.json").write_text("keep")
+    check_writable(tmp_path / "old.json")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old.json"]
+    assert (tmp_path / "old.json").read_text() == "keep"
+
+
+@pytest.mark.parametrize(("name", "message"), [
+    ("nope/x.json", r"nope/x\.json: folder .*nope does not exist"),
+    ("d", r"d: cannot write: it is a folder"),
+])
+def test_check_writable_refuses_what_write_atomic_would(tmp_path: Path, name: str, message: str) -> None:
+    (tmp_path / "d").mkdir()
+    with pytest.raises(InputError, match=message):
+        check_writable(tmp_path / name)
+    with pytest.raises(InputError, match=message):
+        write_atomic(tmp_path / name, "x")

@@ -10,7 +10,7 @@ from typing import Any
 import typer
 
 from nuna.errors import UsageError
-from nuna.fsutil import write_atomic
+from nuna.fsutil import check_writable, write_atomic
 from nuna.units import parse_size
 
 
@@ -36,6 +36,14 @@ def parse_size_option(text: str) -> int:
         return parse_size(text)
     except UsageError as err:
         raise typer.BadParameter(str(err)) from None
+
+
+def check_outputs(*paths: Path | None) -> None:
+    """Fail now, with the error the write would give, if an output file given on the command
+    line could not be written (``nuna.fsutil.check_writable``): before the work, not after it."""
+    for path in paths:
+        if path is not None:
+            check_writable(path)
 
 
 def write_json(path: Path, payload: Any) -> None:

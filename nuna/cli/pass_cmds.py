@@ -12,7 +12,7 @@ from pathlib import Path
 
 import typer
 
-from nuna.cli.common import parse_size_option, write_json
+from nuna.cli.common import check_outputs, parse_size_option, write_json
 from nuna.fsutil import write_atomic
 from nuna.passes import PassContext, PlanPass, get_config
 from nuna.passes.configs import apply_choice, choose_granularity, config_names, parse_granularity
@@ -55,6 +55,7 @@ def register(app: typer.Typer) -> None:
         """Rewrite a plan with a configuration's placement/routing annotations (still valid MSCCL XML)."""
         cfg = get_config(config)
         granularity = parse_granularity(nar_granularity)
+        check_outputs(output)
         spec = load_topology(topology)
         plan = load(plan_path)
         size_bytes = _size(size)
@@ -93,6 +94,7 @@ def register(app: typer.Typer) -> None:
         from nuna.passes.report import compare, format_comparison
 
         names = config_names(configs)
+        check_outputs(json_path)
         spec = load_topology(topology)
         plan = load(plan_path)
         size_bytes = _size(size)
@@ -111,8 +113,11 @@ def register(app: typer.Typer) -> None:
             help="Threadblocks per peer of the direct allgather (default: search 1, 4 and 16)."),
     ) -> None:
         """The main job on defaults: 8-GPU direct allgather at 100 KiB and 1 MiB, UA vs NAP+NAR."""
+        from nuna.errors import InputError
         from nuna.passes.report import format_search, run_demo
 
+        if output.exists() and not output.is_dir():  # before the run, not after it
+            raise InputError(f"{output}: not a folder")
         spec = load_topology(topology)
         result = run_demo(spec, tbs_per_peer=tbs_per_peer)
         for search in result.searches:

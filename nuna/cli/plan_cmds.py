@@ -13,7 +13,7 @@ from typing import Any
 
 import typer
 
-from nuna.cli.common import echo_json, parse_size_option
+from nuna.cli.common import check_outputs, echo_json, parse_size_option
 from nuna.errors import NunaError
 from nuna.fsutil import write_atomic
 from nuna.plan.dag import build_dag, find_cycle, to_networkx
@@ -130,6 +130,7 @@ def dag(
     """Export the replay DAG (steps; program, dependency and data edges) as GraphML."""
     import networkx as nx
 
+    check_outputs(output)
     plan, _ = load_with_source(plan_path)
     replay = build_dag(plan)
     graph = to_networkx(replay)

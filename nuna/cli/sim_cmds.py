@@ -12,7 +12,7 @@ from pathlib import Path
 
 import typer
 
-from nuna.cli.common import LINE_SETUPS_HELP, LineSetups, parse_size_option, write_json
+from nuna.cli.common import LINE_SETUPS_HELP, LineSetups, check_outputs, parse_size_option, write_json
 from nuna.units import format_size
 
 _MESH_RE = re.compile(r"^\s*(\d+)\s*[xX]\s*(\d+)\s*$")
@@ -44,6 +44,7 @@ def noc(
     from nuna.sim.noc import run_noc  # imported here: numba start-up only for sim commands
 
     width, height = _mesh(mesh)
+    check_outputs(json_file)
     res = run_noc(width, height, traffic, rate, packet_flits, cycles=cycles, seed=seed, router=router)
     typer.echo(f"mesh {width}x{height} {traffic} L={packet_flits} router={router} "
                f"offered {res.offered_flit_rate:.4f} accepted {res.accepted_flit_rate:.4f} flits/node/cycle, "
@@ -124,6 +125,7 @@ def simulate(
     packets = _packet_bytes(packet_bytes)
     if max_packet_bytes is not None and packets != "auto":
         raise UsageError("--max-packet-bytes caps what --packet-bytes auto picks; give one or the other")
+    check_outputs(json_file, trace_file)
     options = SimOptions(windowed=windowed, fast_forward=FastForward() if fast_forward else None,
                          threads=threads)
     if line_setups is not None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from nuna.cli.common import echo_json
+from nuna.cli.common import check_outputs, echo_json
 from nuna.errors import InputError
 from nuna.fsutil import write_atomic
 from nuna.topology import (
@@ -164,6 +164,7 @@ def render(
     """Draw the chip (dies, mesh, CUs, I/O ports, HBM stacks), optionally the pod, NAR domains,
     or the link utilisation of a simulation."""
     fmt = _picture_format(output)
+    check_outputs(output)
     if overlay_stat is not None and overlay is None:
         raise typer.BadParameter("needs --overlay", param_hint="'--overlay-stat'")
     if overlay is not None and gpus > 1:
@@ -195,6 +196,7 @@ def export(
     gpus: int = typer.Option(1, "--gpus", min=1, max=1024, help="Export a pod of N GPUs (default: one GPU)."),
 ) -> None:
     """Write the chip (or pod) graph as GraphML, node keys stringified."""
+    check_outputs(output)
     spec = load_topology(topology)
     graph = build_gpu(spec) if gpus == 1 else build_pod(spec, gpus)
     write_atomic(output, to_graphml(graph))
@@ -219,6 +221,7 @@ def characterize(
     across CUs = mean over targets of the std over CUs. Ratios are relative to the first topology."""
     names = list(topologies) if topologies else list(_CHARACTERIZE_DEFAULT)
     fmt = _picture_format(output) if output is not None else None
+    check_outputs(output)
     results = [atomic_round_trips(load_topology(name), targets=targets, seed=seed) for name in names]
     first = results[0]
 

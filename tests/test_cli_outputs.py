@@ -1,0 +1,58 @@
+"""Every command that writes a file checks it can before its work: an unwritable output is a
+one-line error (exit 1) with nothing computed or printed, not a lost result after a long run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nuna.plan.generate import generate
+from nuna.plan.xml import save
+
+
+def _commands(plan: Path, bad: Path) -> list[tuple[str, ...]]:
+    return [
+        ("simulate", str(plan), "--size", "1MiB", "--json", str(bad)),
+        ("simulate", str(plan), "--size", "1MiB", "--trace", str(bad)),
+        ("simulate", str(plan), "--size", "1MiB", "--bounds-only", "--json", str(bad)),
+        ("noc", "--rate", "0.1", "--cycles", "200", "--json", str(bad)),
+        ("rewrite", str(plan), "--config", "NAP+NAR", "-o", str(bad)),
+        ("diff", str(plan), "--size", "1MiB", "--json", str(bad)),
+        ("generate", "allgather", "--gpus", "4", "-o", str(bad)),
+        ("dag", str(plan), "-o", str(bad)),
+        ("topology", "render", "-o", str(bad) + ".svg"),
+        ("topology", "export", "-o", str(bad)),
+        ("topology", "characterize", "--targets", "4", "-o", str(bad) + ".svg"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(len(_commands(Path("p"), Path("o")))))
+@pytest.mark.parametrize("where", ["missing folder", "a folder"])
+def test_unwritable_output_fails_before_the_work(run_cli, tmp_path: Path, case: int, where: str) -> None:
+    plan = tmp_path / "ag4.xml"
+    save(generate("allgather", 4), plan)
+    if where == "a folder":
+        bad = tmp_path / "out"
+        cmd = _commands(plan, bad)[case]
+        # the output argument itself names the folder (render's gets a suffix: make that one)
+        Path(cmd[-1]).mkdir()
+    else:
+        cmd = _commands(plan, tmp_path / "no" / "such" / "out")[case]
+    res = run_cli(*cmd)
+    assert res.code == 1, (cmd, res.out, res.err)
+    assert res.out == ""
+    assert res.err.count("\n") == 1
+    expected = "does not exist" if where == "missing folder" else "it is a folder"
+    assert expected in res.err
+    assert cmd[-1] in res.err
+
+
+def test_demo_into_a_file_fails_before_the_work(run_cli, tmp_path: Path) -> None:
+    target = tmp_path / "demo"
+    target.write_text("keep")
+    res = run_cli("demo", "-o", target)
+    assert res.code == 1
+    assert res.out == ""
+    assert res.err == f"nuna: error: {target}: not a folder\n"
+    assert target.read_text() == "keep"
