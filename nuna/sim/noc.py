@@ -23,6 +23,7 @@ Router models (``router=``):
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +39,10 @@ TRAFFICS = ("uniform", "transpose", "edges")
 ROUTERS = ("iq", "oq")
 #: BookSim's latency threshold: a run whose latency exceeds it is past saturation (unstable).
 SATURATION_LATENCY = 500.0
+
+
+def _finite_or_none(value: float) -> float | None:
+    return None if math.isnan(value) else value
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +70,8 @@ class NocResult:
     wall_s: float
 
     def to_json(self) -> dict[str, Any]:
-        """JSON-ready dict; ``wall_s`` is the only field that varies between identical runs."""
+        """JSON-ready dict; ``wall_s`` is the only field that varies between identical runs. A
+        statistic of no packet (none measured was delivered) is ``null``: JSON has no NaN."""
         return {
             "mesh": f"{self.width}x{self.height}",
             "traffic": self.traffic,
@@ -74,9 +80,9 @@ class NocResult:
             "offered_flit_rate": self.offered_flit_rate,
             "generated_flit_rate": self.generated_flit_rate,
             "accepted_flit_rate": self.accepted_flit_rate,
-            "packet_latency_avg": self.packet_latency_avg,
-            "packet_latency_max": self.packet_latency_max,
-            "hops_avg": self.hops_avg,
+            "packet_latency_avg": _finite_or_none(self.packet_latency_avg),
+            "packet_latency_max": _finite_or_none(self.packet_latency_max),
+            "hops_avg": _finite_or_none(self.hops_avg),
             "measured_packets": self.measured_packets,
             "delivered_packets": self.delivered_packets,
             "saturated": self.saturated,

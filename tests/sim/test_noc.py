@@ -167,3 +167,19 @@ def test_cli_noc_errors(run_cli, args: tuple[str, ...], code: int) -> None:
     assert res.code == code
     assert res.err.count("\n") == 1
     assert "Traceback" not in res.err
+
+
+def test_a_run_that_delivers_no_measured_packet_writes_valid_json(run_cli, tmp_path) -> None:
+    # packets of 10,000 flits cannot arrive within the run: no latency to report
+    res = noc.run_noc(8, 8, "uniform", 1.0, 10_000, cycles=1_000, seed=1)
+    assert res.measured_packets > 0
+    assert res.delivered_packets == 0
+    assert res.saturated
+    data = res.to_json()
+    assert data["packet_latency_avg"] is None
+    assert data["packet_latency_max"] is None
+    json.dumps(data, allow_nan=False)  # NaN is not JSON: this raises if one is left
+    out = tmp_path / "n.json"
+    cli = run_cli("noc", "--rate", "1", "--packet-flits", "10000", "--cycles", "1000", "--json", out)
+    assert cli.code == 0
+    assert json.loads(out.read_text())["packet_latency_avg"] is None
