@@ -8,6 +8,7 @@ Sizes accept decimal suffixes (``kB``, ``MB``, ``GB``, ``TB``: powers of 10) and
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 
 from nuna.errors import UsageError
 
@@ -24,6 +25,9 @@ _SIZE_UNITS: dict[str, int] = {
     "tib": 2**40,
 }
 
+#: sizes are int64 byte counts inside the simulator, with room for arithmetic on them
+MAX_SIZE_BYTES = 2**60
+
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
 
@@ -36,11 +40,13 @@ def parse_size(text: str) -> int:
     scale = _SIZE_UNITS.get(unit.lower())
     if scale is None:
         raise UsageError(f"invalid size {text!r}: unknown unit {unit!r} (use B, kB, MB, GB, KiB, MiB, GiB)")
-    value = float(number) * scale
-    if value != int(value):
+    value = Fraction(number) * scale  # exact: a float would round sizes over 2**53 bytes
+    if value.denominator != 1:
         raise UsageError(f"invalid size {text!r}: not a whole number of bytes")
     if value <= 0:
         raise UsageError(f"invalid size {text!r}: must be positive")
+    if value > MAX_SIZE_BYTES:
+        raise UsageError(f"invalid size {text!r}: larger than {MAX_SIZE_BYTES} bytes (2**60)")
     return int(value)
 
 

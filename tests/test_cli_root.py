@@ -16,3 +16,16 @@ def test_unknown_command_is_usage_error(run_cli) -> None:
     assert res.code == 2
     assert res.err.count("\n") == 1
     assert "Traceback" not in res.err
+
+
+def test_out_of_memory_is_an_error_not_an_internal_one(run_cli, monkeypatch) -> None:
+    import nuna.cli
+
+    def exhausted(**_: object) -> None:
+        raise MemoryError("Unable to allocate 8.00 TiB for an array")
+
+    monkeypatch.setattr(nuna.cli, "app", exhausted)
+    res = run_cli("simulate", "x.xml", "--size", "1TiB")
+    assert res.code == 1
+    assert res.err == ("nuna: error: out of memory (Unable to allocate 8.00 TiB for an array); try a smaller "
+                       "size, fewer GPUs or --packet-bytes auto\n")

@@ -19,10 +19,17 @@ def test_parse_size(text: str, expected: int) -> None:
     assert parse_size(text) == expected
 
 
-@pytest.mark.parametrize("text", ["", "abc", "1XB", "-1MB", "0", "1.0001kB", "1 2MB"])
+@pytest.mark.parametrize("text", ["", "abc", "1XB", "-1MB", "0", "1.0001kB", "1 2MB", "2000000TiB",
+                                  "99999999999999999999999"])
 def test_parse_size_rejects(text: str) -> None:
     with pytest.raises(UsageError):
         parse_size(text)
+
+
+@given(st.integers(min_value=2**53, max_value=2**60))
+def test_parse_size_is_exact_for_large_byte_counts(n: int) -> None:
+    # through a float, 2**53 + 1 would come back as 2**53
+    assert parse_size(str(n)) == n
 
 
 @given(st.integers(min_value=1, max_value=10**13))

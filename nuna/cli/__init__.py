@@ -80,6 +80,11 @@ def run(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("nuna: interrupted", file=sys.stderr)
         return 130
+    except MemoryError as err:  # a request too large for this machine, not a bug
+        detail = f" ({err})" if str(err) else ""
+        print(f"nuna: error: out of memory{detail}; try a smaller size, fewer GPUs or --packet-bytes auto",
+              file=sys.stderr)
+        return 1
     except Exception as err:  # a bug, not bad input: one line, the traceback on request
         if os.environ.get("NUNA_DEBUG"):
             raise

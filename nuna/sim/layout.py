@@ -158,6 +158,13 @@ def memory_layout(plan: Plan, spec: TopologySpec, size_bytes: int, flat: FlatPla
             node_recv_off[n] = off
             off += int(flat.count[n]) * cb
         gpu_pages[g] = start_page + -(-off // page)
+    # before the page arrays are made: a size beyond the GPU's memory would fail there, less clearly
+    capacity = chip.hbm_stacks * chip.pages_per_stack
+    if ngpu_slots and int(gpu_pages.max()) > capacity:
+        g = int(gpu_pages.argmax())
+        raise SimulationError(f"gpu {g}: buffers of {int(gpu_pages[g])} pages of {page} B at this size "
+                              f"exceed its memory ({chip.hbm_stacks} HBM stacks of {chip.pages_per_stack} "
+                              f"pages)")
     page_base = np.zeros(ngpu_slots + 1, dtype=np.int64)
     np.cumsum(gpu_pages, out=page_base[1:])
     total = int(page_base[-1])

@@ -234,3 +234,16 @@ def test_a_chunk_placed_on_several_stacks_deals_its_pages_over_them(spec) -> Non
     assert mem.page_stack[base + 10:base + 15].tolist() == [6] * 5
     # the pages of other chunks keep the baseline round-robin
     assert mem.page_stack[base:base + 5].tolist() == [baseline_stack(spec, base + j) for j in range(5)]
+
+
+def test_buffers_beyond_the_gpus_memory_are_refused_before_the_page_arrays(spec) -> None:  # type: ignore[no-untyped-def]
+    from nuna.errors import SimulationError
+
+    plan = generate("allgather", 2)
+    hbm = spec.chip.hbm_stacks * spec.chip.pages_per_stack * spec.chip.page_bytes
+    mem, _ = _layout(plan, spec, spec.chip.page_bytes * 64)  # fits
+    assert mem.page_stack.shape[0] > 0
+    # 2**20 times the GPU's memory: the page arrays alone would be terabytes, so reaching them
+    # would be a MemoryError, not this message
+    with pytest.raises(SimulationError, match=r"gpu 0: buffers of \d+ pages .* exceed its memory"):
+        _layout(plan, spec, hbm << 20)
