@@ -7,7 +7,8 @@ from pathlib import Path
 
 import typer
 
-from nuna.fsutil import check_writable, write_atomic
+from nuna.cli.common import check_outputs
+from nuna.fsutil import write_atomic
 from nuna.plan.generate import generate
 from nuna.plan.ir import Protocol
 from nuna.plan.xml import dump
@@ -53,7 +54,7 @@ def register(app: typer.Typer) -> None:
         output: Path = typer.Option(..., "--output", "-o", help="Plan file to write (MSCCL XML)."),
     ) -> None:
         """Generate a collective plan and write it as MSCCL XML."""
-        check_writable(output)
+        check_outputs(output)
         plan = generate(collective.value, gpus, algo=algo.value, tbs_per_peer=tbs_per_peer,
                         chunks_per_peer=chunks_per_peer, channels=channels,
                         protocol=Protocol(protocol.value), inplace=inplace)
