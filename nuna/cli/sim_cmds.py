@@ -7,6 +7,7 @@ atomically with sorted keys.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from pathlib import Path
 
@@ -26,6 +27,11 @@ def _mesh(text: str) -> tuple[int, int]:
     if width < 1 or height < 1 or width * height > 4096:
         raise typer.BadParameter(f"invalid mesh {text!r}: sides must be >= 1 and W*H <= 4096")
     return width, height
+
+
+def _stat(value: float, digits: int) -> str:
+    """A statistic of the NoC run, 'n/a' where no packet gave one (NaN)."""
+    return "n/a" if math.isnan(value) else f"{value:.{digits}f}"
 
 
 def noc(
@@ -48,8 +54,9 @@ def noc(
     res = run_noc(width, height, traffic, rate, packet_flits, cycles=cycles, seed=seed, router=router)
     typer.echo(f"mesh {width}x{height} {traffic} L={packet_flits} router={router} "
                f"offered {res.offered_flit_rate:.4f} accepted {res.accepted_flit_rate:.4f} flits/node/cycle, "
-               f"packet latency avg {res.packet_latency_avg:.2f} max {res.packet_latency_max:.0f} cycles, "
-               f"hops {res.hops_avg:.2f}{', SATURATED' if res.saturated else ''}")
+               f"packet latency avg {_stat(res.packet_latency_avg, 2)} "
+               f"max {_stat(res.packet_latency_max, 0)} cycles, "
+               f"hops {_stat(res.hops_avg, 2)}{', SATURATED' if res.saturated else ''}")
     if json_file is not None:
         write_json(json_file, res.to_json())
 

@@ -182,4 +182,5 @@ def test_a_run_that_delivers_no_measured_packet_writes_valid_json(run_cli, tmp_p
     out = tmp_path / "n.json"
     cli = run_cli("noc", "--rate", "1", "--packet-flits", "10000", "--cycles", "1000", "--json", out)
     assert cli.code == 0
+    assert "packet latency avg n/a max n/a cycles" in cli.out
     assert json.loads(out.read_text())["packet_latency_avg"] is None
