@@ -403,6 +403,24 @@ class _Prepared:
     floor_ns: float
 
 
+def _check_options(opts: SimOptions) -> None:
+    """``UsageError`` for a :class:`SimOptions` the replay cannot run with, before any of it is
+    used (the kernels index and divide without checks: engine._JIT_OPTIONS)."""
+    counts = {"credit_ring": (opts.credit_ring, 1), "issue_queue": (opts.issue_queue, 0),
+              "request_bytes": (opts.request_bytes, 1), "element_bytes": (opts.element_bytes, 1),
+              "auto_max_jobs": (opts.auto_max_jobs, 1), "trace_samples": (opts.trace_samples, 2),
+              "threads": (1 if opts.threads is None else opts.threads, 1)}
+    for name, (value, least) in counts.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise UsageError(f"SimOptions.{name} must be an integer of at least {least}, got {value!r}")
+    if not (math.isfinite(opts.hist_bin_ns) and opts.hist_bin_ns > 0.0) or opts.hist_bins < 1:
+        raise UsageError(f"the latency histogram needs bins of a positive finite width and at least "
+                         f"one bin, got {opts.hist_bin_ns!r} ns x {opts.hist_bins!r}")
+    if opts.line_setups not in LINE_SETUP_RULES:
+        raise UsageError(f"head set-ups per packet must be one of {', '.join(sorted(LINE_SETUP_RULES))}, "
+                         f"got {opts.line_setups!r}")
+
+
 def _prepare(plan: Plan, topology_spec: TopologySpec, size_bytes: int, packet_bytes: PacketBytes,
              opts: SimOptions) -> _Prepared:
     """Everything :func:`simulate` sets up before its replay loop (errors as there)."""
@@ -413,13 +431,7 @@ def _prepare(plan: Plan, topology_spec: TopologySpec, size_bytes: int, packet_by
                                    or packet_bytes < line or packet_bytes % line):
         raise UsageError(f"packet size must be 'auto' or a multiple of the {line}-byte flit, "
                          f"got {packet_bytes!r}")
-    # the kernels divide by the bin width without a zero check (engine._JIT_OPTIONS)
-    if not (math.isfinite(opts.hist_bin_ns) and opts.hist_bin_ns > 0.0) or opts.hist_bins < 1:
-        raise UsageError(f"the latency histogram needs bins of a positive finite width and at least "
-                         f"one bin, got {opts.hist_bin_ns!r} ns x {opts.hist_bins!r}")
-    if opts.line_setups not in LINE_SETUP_RULES:
-        raise UsageError(f"head set-ups per packet must be one of {', '.join(sorted(LINE_SETUP_RULES))}, "
-                         f"got {opts.line_setups!r}")
+    _check_options(opts)
     cap_lines = opts.max_packet_bytes // line
     bad_cap = opts.max_packet_bytes % line or cap_lines < 1 or cap_lines & (cap_lines - 1)
     if packet_bytes == "auto" and bad_cap:

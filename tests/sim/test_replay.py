@@ -330,6 +330,22 @@ def test_bad_latency_histogram_is_a_usage_error(spec, bin_ns: float, bins: int) 
         simulate(loads(ONE_SEND), spec, 512, options=SimOptions(hist_bin_ns=bin_ns, hist_bins=bins))
 
 
+@pytest.mark.parametrize(("field", "value"), [
+    ("credit_ring", 0), ("credit_ring", -1), ("issue_queue", -1), ("request_bytes", 0), ("element_bytes", 0),
+    ("auto_max_jobs", 0), ("trace_samples", 0), ("trace_samples", 1), ("threads", 0), ("credit_ring", 2.0),
+    ("issue_queue", True),
+])
+def test_bad_option_is_a_usage_error_naming_it(spec, field: str, value: object) -> None:  # type: ignore[no-untyped-def]
+    # before: a ring of no credit slots replayed into a "deadlock", an element of 0 bytes divided
+    # by zero before its check, and with no trace samples the kernel's first sample would have
+    # been written past the buffer's end (its indexing is unchecked)
+    opts = SimOptions(**{field: value})  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match=rf"SimOptions\.{field} must be an integer of at least"):
+        simulate(loads(ONE_SEND), spec, 512, trace=field == "trace_samples", options=opts)
+    with pytest.raises(UsageError, match=rf"SimOptions\.{field}"):
+        placement_bounds(loads(ONE_SEND), spec, 512, options=opts)
+
+
 def test_busbw_uses_the_nccl_tests_factors(spec) -> None:  # type: ignore[no-untyped-def]
     for collective, factor in (("allgather", 3 / 4), ("allreduce", 2 * 3 / 4), ("alltoall", 3 / 4)):
         res = simulate(generate(collective, 4), spec, 64 * 1024)
