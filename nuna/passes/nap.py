@@ -86,8 +86,12 @@ def cu_budget_requests(spec: TopologySpec) -> int:
 
 
 def stack_budget_bytes(spec: TopologySpec) -> int:
-    """``R_max`` of an HBM stack: its bandwidth-delay product in bytes (see the module doc)."""
-    return int(spec.chip.hbm_stack_bandwidth_gbps * spec.chip.memory_access_latency_ns)
+    """``R_max`` of an HBM stack: its bandwidth-delay product in bytes (see the module doc), at
+    least a flit (a stack always admits a line: a product under one byte divided by zero) and at
+    most 2**62 (an ideal stack, of inf bandwidth, has no budget to speak of)."""
+    chip = spec.chip
+    product = chip.hbm_stack_bandwidth_gbps * chip.memory_access_latency_ns
+    return max(chip.flit_bytes, int(min(product, 2.0**62)))
 
 
 def tb_demand_requests(access: TbAccess, chunk_bytes: int, spec: TopologySpec) -> int:

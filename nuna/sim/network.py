@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from nuna.errors import TopologyError
 from nuna.sim import engine as eng
 from nuna.topology.geometry import ChipGeometry, PathTable, chip_geometry, pod_layout
 from nuna.topology.nodes import EDGE_CODE
@@ -213,9 +214,16 @@ def build_pod_net(spec: TopologySpec, ngpus: int, router: RouterParams | None = 
         cycle_ns = chip.noc_hop_latency_ns / CYCLES_PER_HOP
         cd = prm.credit_delay_cycles * cycle_ns
         finite_bw = np.where(np.isinf(bw), 0.0, bw)
-        round_trip = np.ceil(finite_bw * (lat + cd)).astype(np.int64)
-        vc_bytes = np.maximum(prm.vc_buffer_flits * chip.flit_bytes, round_trip)
-        cap[into_router] = vc_bytes[into_router]
+        with np.errstate(over="ignore"):  # a bandwidth near the float limit: inf, refused below
+            round_trip = np.ceil(finite_bw * (lat + cd))
+        vc_bytes = np.maximum(float(prm.vc_buffer_flits * chip.flit_bytes), round_trip)
+        most = float(vc_bytes[into_router].max()) if into_router.any() else 0.0
+        if most >= 2.0**31:  # the engine's int32 columns
+            raise TopologyError(f"{spec.name}: a router buffer would hold {most:.4g} bytes per virtual "
+                                f"channel (vc_buffer_flits, or a link's bandwidth x (latency + credit "
+                                f"delay)), more than 2**31: lower it, or give the link an inf bandwidth "
+                                f"(ideal)")
+        cap[into_router] = vc_bytes[into_router].astype(np.int64)
         nvc[into_router] = prm.vcs
         cdelay[into_router] = cd
         setup[into_router] = prm.head_setup_cycles * cycle_ns

@@ -119,16 +119,18 @@ def baseline_physical_address(spec: TopologySpec, virtual_addr: int) -> int:
 
 
 def nar_granularities(spec: TopologySpec) -> tuple[int, ...]:
-    """Valid NAR granularities: the divisors of the port count (1 = baseline), ascending."""
+    """Valid NAR granularities: the divisors of the port count (1 = baseline) up to the stack
+    count, so that every domain owns a stack (NAP places a domain's data in its own), ascending."""
     p = spec.chip.io_ports
-    return tuple(g for g in range(1, p + 1) if p % g == 0)
+    return tuple(g for g in range(1, p + 1) if p % g == 0 and g <= spec.chip.hbm_stacks)
 
 
 def _check_granularity(spec: TopologySpec, g: int) -> None:
-    if isinstance(g, bool) or not isinstance(g, int) or g < 1 or spec.chip.io_ports % g:
+    if isinstance(g, bool) or not isinstance(g, int) or g not in nar_granularities(spec):
         valid = ", ".join(str(v) for v in nar_granularities(spec))
         raise TopologyError(
-            f"NAR granularity {g!r} is invalid for {spec.chip.io_ports} I/O ports (valid: {valid})"
+            f"NAR granularity {g!r} is invalid for {spec.chip.io_ports} I/O ports and "
+            f"{spec.chip.hbm_stacks} HBM stacks (valid: {valid})"
         )
 
 
