@@ -42,8 +42,8 @@ def register(app: typer.Typer) -> None:
         config: str = typer.Option(..., "--config", "-c", help=_CONFIG_HELP),
         nar_granularity: str | None = typer.Option(
             None, "--nar-granularity", "-g",
-            help="+NAR configs: NAR domains G (a divisor of the port count), or 'auto' (simulate every "
-                 "G, keep the fastest). Default: the size-threshold heuristic."),
+            help="+NAR configs: NAR domains G (a divisor of the port count, at most the stack count), or "
+                 "'auto' (simulate every G, keep the fastest). Default: the size-threshold heuristic."),
         topology: str = typer.Option(DEFAULT_TOPOLOGY, "--topology", "-t", help=_TOPO_HELP),
         size: str | None = typer.Option(
             None, "--size", "-s",
