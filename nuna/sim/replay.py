@@ -680,12 +680,11 @@ def _pools(n_gpu: I64, n_cu: I64, n_job_ptr: I64, indeg: I64, cus: int, limit: i
 @contextlib.contextmanager
 def _threads(count: int | None) -> Iterator[None]:
     """Run the block with numba's parallel sections on ``count`` threads (None: as set), then
-    restore the setting (it is the calling thread's)."""
+    restore the setting (it is the calling thread's). ``count`` was checked with the other
+    options (:func:`_check_options`)."""
     if count is None:
         yield
         return
-    if count < 1:
-        raise UsageError(f"threads must be at least 1 (got {count})")
     before = numba.get_num_threads()
     numba.set_num_threads(min(count, int(numba.config.NUMBA_NUM_THREADS)))  # type: ignore[attr-defined]
     try:
