@@ -31,6 +31,19 @@ def check_writable(path: str | os.PathLike[str]) -> None:
         raise InputError(f"{target}: cannot write in {folder}: permission denied")
 
 
+def make_folder(path: str | os.PathLike[str], what: str = "folder") -> None:
+    """Create the folder ``path`` (and its parents) unless it exists; ``InputError`` if a file
+    is in its way or it cannot be made. Commands call it before their work, as
+    :func:`check_writable` for files."""
+    target = Path(path)
+    if target.exists() and not target.is_dir():
+        raise InputError(f"{target}: not a folder")
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise InputError(f"{target}: cannot create the {what}: {err.strerror or err}") from None
+
+
 def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
     """Write ``data`` to ``path`` via a temporary file in the same folder and ``os.replace``."""
     target = Path(path)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from nuna.errors import InputError
-from nuna.fsutil import check_writable, write_atomic
+from nuna.fsutil import check_writable, make_folder, write_atomic
 
 
 def test_writes_content_with_umask_mode(tmp_path: Path) -> None:
@@ -72,3 +72,15 @@ def test_check_writable_refuses_what_write_atomic_would(tmp_path: Path, name: st
         check_writable(tmp_path / name)
     with pytest.raises(InputError, match=message):
         write_atomic(tmp_path / name, "x")
+
+
+def test_make_folder_creates_parents_and_refuses_a_file_in_its_way(tmp_path: Path) -> None:
+    make_folder(tmp_path / "a" / "b")
+    assert (tmp_path / "a" / "b").is_dir()
+    make_folder(tmp_path / "a" / "b")  # already there: nothing to do
+    (tmp_path / "f").write_text("keep")
+    with pytest.raises(InputError, match=r"f: not a folder"):
+        make_folder(tmp_path / "f")
+    with pytest.raises(InputError, match=r"cannot create the sweep folder"):
+        make_folder(tmp_path / "f" / "sub", "sweep folder")
+    assert (tmp_path / "f").read_text() == "keep"

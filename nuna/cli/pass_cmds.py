@@ -13,7 +13,7 @@ from pathlib import Path
 import typer
 
 from nuna.cli.common import check_outputs, parse_size_option, write_json
-from nuna.fsutil import write_atomic
+from nuna.fsutil import make_folder, write_atomic
 from nuna.passes import PassContext, PlanPass, get_config
 from nuna.passes.configs import apply_choice, choose_granularity, config_names, parse_granularity
 from nuna.plan.ir import Plan
@@ -113,17 +113,14 @@ def register(app: typer.Typer) -> None:
             help="Threadblocks per peer of the direct allgather (default: search 1, 4 and 16)."),
     ) -> None:
         """The main job on defaults: 8-GPU direct allgather at 100 KiB and 1 MiB, UA vs NAP+NAR."""
-        from nuna.errors import InputError
         from nuna.passes.report import format_search, run_demo
 
-        if output.exists() and not output.is_dir():  # before the run, not after it
-            raise InputError(f"{output}: not a folder")
+        make_folder(output)  # before the run, not after it
         spec = load_topology(topology)
         result = run_demo(spec, tbs_per_peer=tbs_per_peer)
         for search in result.searches:
             typer.echo(format_search(search))
             typer.echo("")
-        output.mkdir(parents=True, exist_ok=True)
         for name, data in result.files:
             write_atomic(output / name, data)
             typer.echo(f"wrote {output / name}")

@@ -24,7 +24,7 @@ from typing import Any, Literal
 from nuna import __version__
 from nuna.errors import InputError, UsageError
 from nuna.experiments.executors import Outcome, Task
-from nuna.fsutil import write_atomic
+from nuna.fsutil import make_folder, write_atomic
 
 RESULT_FORMAT = "nuna-sweep-result/1"
 FAILURE_FORMAT = "nuna-sweep-failure/1"
@@ -55,10 +55,9 @@ def failure_path(out_dir: Path, point_id: str) -> Path:
 
 def prepare(out_dir: Path) -> None:
     """Create the folder layout; raise ``InputError`` if ``out_dir`` cannot be a sweep folder."""
-    if out_dir.exists() and not out_dir.is_dir():
-        raise InputError(f"{out_dir}: exists and is not a folder")
+    make_folder(out_dir, "sweep folder")
     try:
-        results_dir(out_dir).mkdir(parents=True, exist_ok=True)
+        results_dir(out_dir).mkdir(exist_ok=True)
         failures_dir(out_dir).mkdir(exist_ok=True)
     except OSError as err:
         raise InputError(f"{out_dir}: cannot create the sweep folder: {err.strerror or err}") from None
