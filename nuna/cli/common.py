@@ -23,6 +23,13 @@ class LineSetups(StrEnum):
     ONE = "one"
 
 
+class ExecutorName(StrEnum):
+    """``--executor`` of ``nuna sweep`` and ``nuna figure`` (``nuna.experiments.executors.EXECUTORS``)."""
+
+    LOCAL = "local"
+    DASK = "dask"
+
+
 LINE_SETUPS_HELP = ("Router head set-ups behind a packet of several lines: overlap (the next head "
                     "waits until its lines' set-ups would have let them leave, over the channels "
                     "with room; the default), series (one per line after the packet), one (one "

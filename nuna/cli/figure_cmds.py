@@ -4,21 +4,15 @@ it as PNG and SVG (``nuna.experiments.figures``)."""
 from __future__ import annotations
 
 import sys
-from enum import StrEnum
 from pathlib import Path
 
 import typer
 
-from nuna.cli.common import LINE_SETUPS_HELP, LineSetups, parse_size_option
+from nuna.cli.common import LINE_SETUPS_HELP, ExecutorName, LineSetups, parse_size_option
 from nuna.cli.sweep_cmds import _ProgressBar
 from nuna.experiments.figures import FIGURES, run_figure
 from nuna.topology.spec import is_topology_path, load_topology
 from nuna.units import format_size
-
-
-class ExecutorName(StrEnum):
-    LOCAL = "local"
-    DASK = "dask"
 
 
 def figure(

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import sys
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 import typer
 
+from nuna.cli.common import ExecutorName
 from nuna.experiments.sweep import (
     SweepProgress,
     SweepSummary,
@@ -16,11 +16,6 @@ from nuna.experiments.sweep import (
     run_sweep,
     sweep_status,
 )
-
-
-class ExecutorName(StrEnum):
-    LOCAL = "local"
-    DASK = "dask"
 
 
 class _ProgressBar:
