@@ -2,17 +2,22 @@
 docs/simulator.md §5, "Head set-ups per line"), and the NAP+NAR-over-UA speedups they give.
 
 ``python benchmarks/bench_line_setups.py [--rules one,series,overlap] [--case NAME ...]
-[--flits]`` (about 10 minutes for every case and rule on a 2-core machine, one process per
-case). Each case is a direct plan placed as the sweeps place it (``apply_config``) and replayed
-with forced packet sizes or ``auto``. The flits' times are the measured ones of
-docs/simulator.md §5 (2026-12-02 and -04, nuna 0.6.0-0.8.0, whose flit replays 0.9.0 keeps to
-the digit); ``--flits`` replays them again instead (the 64-GPU ones take 12-17 minutes each).
+[--flits] [--set SECTION.KEY=VALUE ...] [--waits]`` (about 10 minutes for every case and rule on
+a 2-core machine, one process per case). ``--set`` replays on nuna-4die with a parameter
+changed (an ablation: ``--set router.vc_buffer_flits=32``; use ``--flits`` with it, the stored
+flit times are nuna-4die's); ``--waits`` prints each replay's mean head wait per wait class
+(``queueing_ns`` of ``nuna simulate --json``). Each case is a direct plan placed as the
+sweeps place it (``apply_config``) and replayed with forced packet sizes or ``auto``. The
+flits' times are the measured ones of docs/simulator.md §5 (2026-12-02 and -04, nuna
+0.6.0-0.8.0, whose flit replays 0.9.0 keeps to the digit); ``--flits`` replays them again
+instead (the 64-GPU ones take 12-17 minutes each).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import time
@@ -43,30 +48,63 @@ CASES: dict[str, tuple[str, int, int, int, int | str, str, float]] = {
 RULES = ("one", "series", "overlap")
 
 
-def _run(name: str, rule: str) -> dict[str, Any]:
+def _topology_text(sets: list[str]) -> str:
+    """nuna-4die's TOML with each ``SECTION.KEY=VALUE`` of ``sets`` replacing that key's value
+    (the parser then checks it as it checks any file)."""
+    from nuna.topology.spec import load_topology
+
+    path = load_topology("nuna-4die").path
+    assert path is not None
+    with open(path, encoding="utf-8") as fh:
+        text = fh.read()
+    for item in sets:
+        key, _, value = item.partition("=")
+        section, _, name = key.partition(".")
+        start = text.find(f"\n[{section}]\n")
+        end = text.find("\n[", start + 1) if start >= 0 else -1
+        line = re.compile(rf"^{re.escape(name)} = {{ value = [^,]+,", re.M)
+        body = text[start:end if end >= 0 else len(text)]
+        if start < 0 or not value or not line.search(body):
+            raise SystemExit(f"--set {item}: no key {key} with a value in nuna-4die")
+        repl = name + " = { value = " + value + ","
+        body = line.sub(repl.replace("\\", "\\\\"), body, count=1)  # a replacement, not a pattern
+        text = text[:start] + body + (text[end:] if end >= 0 else "")
+    return text
+
+
+def _run(name: str, rule: str, sets: list[str]) -> dict[str, Any]:
     """One replay in this process: ``rule`` names a head set-up rule, or ``flits``."""
     from nuna.passes import PassContext, apply_config
     from nuna.plan.generate import generate
     from nuna.sim import SimOptions, simulate
-    from nuna.topology.spec import load_topology
+    from nuna.topology.spec import parse_topology
 
     coll, gpus, size, tbs, packet, config, _ = CASES[name]
-    spec = load_topology("nuna-4die")
+    spec = parse_topology(_topology_text(sets), "nuna-4die" + "".join(f" {s}" for s in sets))
     plan = generate(coll, gpus, algo="direct", tbs_per_peer=tbs)
     plan = apply_config(plan, config, PassContext(spec, size))
     cpu0 = time.process_time()
     if rule == "flits":
         res = simulate(plan, spec, size, packet_bytes=256)
     else:
-        res = simulate(plan, spec, size, packet_bytes=packet, options=SimOptions(line_setups=rule))
+        res = simulate(plan, spec, size, packet_bytes=packet if isinstance(packet, int) else "auto",
+                       options=SimOptions(line_setups=rule))
     return {"time_us": res.time_ns / 1000.0, "packet_bytes": res.packet_bytes, "events": res.events,
-            "cpu_s": time.process_time() - cpu0}
+            "cpu_s": time.process_time() - cpu0,
+            "waits_ns": {k: v["mean"] for k, v in res.queueing.items() if v["grants"]}}
 
 
-def _spawn(name: str, rule: str) -> dict[str, Any]:
-    out = subprocess.run([sys.executable, __file__, "--run", name, rule], capture_output=True, text=True,
-                         check=True)
+def _spawn(name: str, rule: str, sets: list[str]) -> dict[str, Any]:
+    out = subprocess.run([sys.executable, __file__, "--run", name, rule, *(f"--set={s}" for s in sets)],
+                         capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise SystemExit(f"{name} {rule}: {(out.stderr.strip().splitlines() or ['failed'])[-1]}")
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def _waits(name: str, rule: str, r: dict[str, Any]) -> str:
+    cells = " ".join(f"{k} {v:.2f}" for k, v in r["waits_ns"].items() if v > 0.0)
+    return f"  waits {name} {rule} (ns per grant): {cells}"
 
 
 def main() -> None:
@@ -74,11 +112,22 @@ def main() -> None:
     parser.add_argument("--rules", default=",".join(RULES), help="comma-separated rules (default: all)")
     parser.add_argument("--case", action="append", choices=sorted(CASES), help="cases (default: all)")
     parser.add_argument("--flits", action="store_true", help="replay the flits too, not the stored times")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="replay on nuna-4die with this parameter changed (repeatable)")
+    parser.add_argument("--waits", action="store_true", help="print each replay's mean waits per class")
     parser.add_argument("--run", nargs=2, help=argparse.SUPPRESS)  # internal: one replay, print JSON
     args = parser.parse_args()
     if args.run:
-        print(json.dumps(_run(*args.run)))
+        print(json.dumps(_run(args.run[0], args.run[1], args.set)))
         return
+    if args.set:  # a bad key or value fails here, before any replay
+        from nuna.errors import NunaError
+        from nuna.topology.spec import parse_topology
+
+        try:
+            parse_topology(_topology_text(args.set), "nuna-4die with " + " ".join(args.set))
+        except NunaError as exc:
+            raise SystemExit(f"--set: {exc}") from None
     rules = [r for r in args.rules.split(",") if r]
     if unknown := sorted(set(rules) - set(RULES)):
         parser.error(f"unknown rule {', '.join(unknown)} (choose from {', '.join(RULES)})")
@@ -86,15 +135,24 @@ def main() -> None:
     print(f"{'case':<22} {'packet':>7} {'flits us':>9} " + " ".join(f"{r:>9}" for r in rules))
     times: dict[tuple[str, str], float] = {}
     for name in names:
-        flits = _spawn(name, "flits")["time_us"] if args.flits else CASES[name][6]
+        notes = []
+        if args.flits:
+            r = _spawn(name, "flits", args.set)
+            flits = r["time_us"]
+            notes.append(_waits(name, "flits", r))
+        else:
+            flits = CASES[name][6]
         times[name, "flits"] = flits
         cells, packet = [], 0
         for rule in rules:
-            r = _spawn(name, rule)
+            r = _spawn(name, rule, args.set)
             times[name, rule] = r["time_us"]
             packet = r["packet_bytes"]
             cells.append(f"{(r['time_us'] / flits - 1) * 100:+8.2f}%")
+            notes.append(_waits(name, rule, r))
         print(f"{name:<22} {packet:>7} {flits:9.2f} " + " ".join(cells), flush=True)
+        if args.waits:
+            print("\n".join(notes), flush=True)
     pairs = [(n, n[:-2] + "nap") for n in names if n.endswith("-ua") and n[:-2] + "nap" in names]
     for ua, nap in pairs:
         speedups = ", ".join(f"{r} {times[ua, r] / times[nap, r]:.3f}x" for r in ("flits", *rules))
