@@ -4,8 +4,8 @@ docs/simulator.md §5, "Head set-ups per line"), and the NAP+NAR-over-UA speedup
 ``python benchmarks/bench_line_setups.py [--rules one,series,overlap] [--case NAME ...]
 [--flits] [--set SECTION.KEY=VALUE ...] [--waits]`` (about 10 minutes for every case and rule on
 a 2-core machine, one process per case). ``--set`` replays on nuna-4die with a parameter
-changed (an ablation: ``--set router.vc_buffer_flits=32``; use ``--flits`` with it, the stored
-flit times are nuna-4die's); ``--waits`` prints each replay's mean head wait per wait class
+changed (an ablation: ``--set router.vc_buffer_flits=32``; it replays the flits too, as the
+stored flit times are nuna-4die's); ``--waits`` prints each replay's mean head wait per wait class
 (``queueing_ns`` of ``nuna simulate --json``). Each case is a direct plan placed as the
 sweeps place it (``apply_config``) and replayed with forced packet sizes or ``auto``. The
 flits' times are the measured ones of docs/simulator.md §5 (2026-12-02 and -04, nuna
@@ -103,7 +103,7 @@ def _spawn(name: str, rule: str, sets: list[str]) -> dict[str, Any]:
 
 
 def _waits(name: str, rule: str, r: dict[str, Any]) -> str:
-    cells = " ".join(f"{k} {v:.2f}" for k, v in r["waits_ns"].items() if v > 0.0)
+    cells = " ".join(f"{k} {v:.2f}" for k, v in r["waits_ns"].items())
     return f"  waits {name} {rule} (ns per grant): {cells}"
 
 
@@ -111,7 +111,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rules", default=",".join(RULES), help="comma-separated rules (default: all)")
     parser.add_argument("--case", action="append", choices=sorted(CASES), help="cases (default: all)")
-    parser.add_argument("--flits", action="store_true", help="replay the flits too, not the stored times")
+    parser.add_argument("--flits", action="store_true",
+                        help="replay the flits too, not the stored times (implied by --set)")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="replay on nuna-4die with this parameter changed (repeatable)")
     parser.add_argument("--waits", action="store_true", help="print each replay's mean waits per class")
@@ -136,7 +137,7 @@ def main() -> None:
     times: dict[tuple[str, str], float] = {}
     for name in names:
         notes = []
-        if args.flits:
+        if args.flits or args.set:  # the stored flit times are nuna-4die's own
             r = _spawn(name, "flits", args.set)
             flits = r["time_us"]
             notes.append(_waits(name, "flits", r))
