@@ -1,8 +1,10 @@
-"""Helpers shared by the CLI command modules (option parsing that is CLI-only)."""
+"""Helpers shared by the CLI command modules (option parsing that is CLI-only, the option enums
+and the sweeps' progress bar)."""
 
 from __future__ import annotations
 
 import json
+import sys
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -10,6 +12,7 @@ from typing import Any
 import typer
 
 from nuna.errors import UsageError
+from nuna.experiments.sweep import SweepProgress
 from nuna.fsutil import check_writable, write_atomic
 from nuna.units import parse_size
 
@@ -28,6 +31,31 @@ class ExecutorName(StrEnum):
 
     LOCAL = "local"
     DASK = "dask"
+
+
+class SweepProgressBar:
+    """Progress of ``nuna sweep`` and ``nuna figure``: tqdm on stderr, created when the sweep
+    reports how many points it will run."""
+
+    def __init__(self, enabled: bool) -> None:
+        self._enabled = enabled
+        self._bar: Any = None
+
+    def __call__(self, event: SweepProgress) -> None:
+        if not self._enabled:
+            return
+        if event.kind == "start":
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=event.to_run, file=sys.stderr, unit="pt", dynamic_ncols=True,
+                             desc="sweep", initial=0)
+        elif self._bar is not None:
+            self._bar.set_postfix_str(f"failed={event.failed}" if event.failed else "", refresh=False)
+            self._bar.update(1)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
 
 
 LINE_SETUPS_HELP = ("Router head set-ups behind a packet of several lines: overlap (the next head "

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import typer
 
-from nuna.cli.common import LINE_SETUPS_HELP, ExecutorName, LineSetups, parse_size_option
-from nuna.cli.sweep_cmds import _ProgressBar
+from nuna.cli.common import LINE_SETUPS_HELP, ExecutorName, LineSetups, SweepProgressBar, parse_size_option
 from nuna.experiments.figures import FIGURES, run_figure
 from nuna.topology.spec import is_topology_path, load_topology
 from nuna.units import format_size
@@ -59,7 +58,7 @@ def figure(
     if name not in FIGURES:
         raise typer.BadParameter(f"unknown figure {name!r} (choose from {', '.join(FIGURES)})",
                                  param_hint="NAME")
-    bar = _ProgressBar(enabled=not quiet and sys.stderr.isatty())
+    bar = SweepProgressBar(enabled=not quiet and sys.stderr.isatty())
     try:
         axes = {"collectives": collectives, "gpus": gpus, "sizes": sizes, "configs": configs,
                 "tbs_per_peer": tbs_per_peer}

@@ -4,42 +4,16 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
 import typer
 
-from nuna.cli.common import ExecutorName
+from nuna.cli.common import ExecutorName, SweepProgressBar
 from nuna.experiments.sweep import (
-    SweepProgress,
     SweepSummary,
     load_sweep_spec,
     run_sweep,
     sweep_status,
 )
-
-
-class _ProgressBar:
-    """tqdm on stderr, created when the sweep reports how many points it will run."""
-
-    def __init__(self, enabled: bool) -> None:
-        self._enabled = enabled
-        self._bar: Any = None
-
-    def __call__(self, event: SweepProgress) -> None:
-        if not self._enabled:
-            return
-        if event.kind == "start":
-            from tqdm import tqdm
-
-            self._bar = tqdm(total=event.to_run, file=sys.stderr, unit="pt", dynamic_ncols=True,
-                             desc="sweep", initial=0)
-        elif self._bar is not None:
-            self._bar.set_postfix_str(f"failed={event.failed}" if event.failed else "", refresh=False)
-            self._bar.update(1)
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()
 
 
 def _report(summary: SweepSummary) -> None:
@@ -81,7 +55,7 @@ def sweep(
         typer.echo(f"sweep {status.name}: {status.total} points: {status.ok} done, "
                    f"{len(status.failed)} failed, {status.pending} pending")
         return
-    bar = _ProgressBar(enabled=not quiet and sys.stderr.isatty())
+    bar = SweepProgressBar(enabled=not quiet and sys.stderr.isatty())
     try:
         summary = run_sweep(spec, out, executor=executor.value, jobs=jobs, scheduler=scheduler,
                             retry_failed=retry_failed, progress=bar, reuse=reuse)
