@@ -61,14 +61,12 @@ def _topology_text(sets: list[str]) -> str:
         key, _, value = item.partition("=")
         section, _, name = key.partition(".")
         start = text.find(f"\n[{section}]\n")
-        end = text.find("\n[", start + 1) if start >= 0 else -1
-        line = re.compile(rf"^{re.escape(name)} = {{ value = [^,]+,", re.M)
-        body = text[start:end if end >= 0 else len(text)]
-        if start < 0 or not value or not line.search(body):
+        end = text.find("\n[", start + 1)
+        end = len(text) if end < 0 else end
+        found = re.compile(rf"^{re.escape(name)} = {{ value = [^,]+,", re.M).search(text, max(start, 0), end)
+        if start < 0 or not value or found is None:
             raise SystemExit(f"--set {item}: no key {key} with a value in nuna-4die")
-        repl = name + " = { value = " + value + ","
-        body = line.sub(repl.replace("\\", "\\\\"), body, count=1)  # a replacement, not a pattern
-        text = text[:start] + body + (text[end:] if end >= 0 else "")
+        text = text[:found.start()] + f"{name} = {{ value = {value}," + text[found.end():]
     return text
 
 
