@@ -175,6 +175,11 @@ def simulate(
                f"remote stores: {lat.count} lines, latency mean {lat.mean_ns:.0f} p50 {lat.p50_ns:.0f} "
                f"p99 {lat.p99_ns:.0f} max {lat.max_ns:.0f} ns; busiest I/O port {busiest * 100:.0f}% busy; "
                f"{res.die_crossing_bytes} B across dies; {res.events} events in {res.wall_s:.2f} s")
+    hot = res.longest_port_wait()
+    if hot is not None:
+        gpu, port, link, wait_ns = hot
+        typer.echo(f"# longest wait at an I/O port: {wait_ns:.1f} ns per packet for {link} at GPU {gpu} "
+                   f"port {port} (JSON io_ports: queueing_ns_mean)")
     if res.fast_forward:
         typer.echo(f"# fast-forward: {len(res.fast_forward)} steady state(s) skipped, "
                    f"{res.skipped_ns:.1f} ns of {res.time_ns:.1f} ns, about {res.events_skipped:.0f} events "

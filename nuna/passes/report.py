@@ -53,6 +53,9 @@ class ConfigRow:
     wait_mesh_ns: float
     wait_port_ns: float
     wait_switch_ns: float
+    wait_port_out_ns: float  # from a receiving I/O port into its mesh
+    # the port link whose heads waited longest, SimResult.longest_port_wait (None: no wait)
+    longest_port_wait: tuple[int, int, str, float] | None
     die_crossing_bytes: int
     port_balance: float
     ports_used: int
@@ -65,6 +68,9 @@ class ConfigRow:
     def to_json(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "result"}
         out["tbs_per_domain"] = list(self.tbs_per_domain)
+        hot = self.longest_port_wait
+        out["longest_port_wait"] = None if hot is None else \
+            {"gpu": hot[0], "port": hot[1], "link": hot[2], "queueing_ns_mean": hot[3]}
         out["remote_store_latency_ns"] = self.result.to_json()["remote_store_latency_ns"]
         return out
 
@@ -154,6 +160,8 @@ def compare(plan: Plan, spec: TopologySpec, size_bytes: int, configs: Sequence[s
             wait_mesh_ns=_mean_wait(result, ("mesh", "die_crossing")),
             wait_port_ns=_mean_wait(result, ("mesh_to_port",)),
             wait_switch_ns=_mean_wait(result, ("switch_to_port",)),
+            wait_port_out_ns=_mean_wait(result, ("port_to_mesh",)),
+            longest_port_wait=result.longest_port_wait(),
             die_crossing_bytes=result.die_crossing_bytes, port_balance=balance, ports_used=used,
             tbs_per_domain=_tbs_per_domain(plan, spec, cus, g_count), domains_counted=g_count,
             threadblocks_moved=int((cus != ref_cus).sum()), pages_moved=int((pages != ref_pages).sum()),
@@ -184,6 +192,8 @@ _ROWS: tuple[tuple[str, str], ...] = (
     ("  mesh link", "wait_mesh"),
     ("  into I/O port", "wait_port"),
     ("  switch output", "wait_switch"),
+    ("  out of I/O port", "wait_port_out"),
+    ("longest port wait (ns)", "hot_port"),
     ("die-crossing bytes", "die"),
     ("I/O port max/mean", "balance"),
     ("I/O ports used", "ports"),
@@ -205,11 +215,19 @@ def _cell(row: ConfigRow, key: str) -> str:
         "remote_store_receiver_hops": f"{row.remote_store_receiver_hops:.1f}",
         "wait_cu": f"{row.wait_cu_ns:.1f}", "wait_mesh": f"{row.wait_mesh_ns:.1f}",
         "wait_port": f"{row.wait_port_ns:.1f}", "wait_switch": f"{row.wait_switch_ns:.1f}",
+        "wait_port_out": f"{row.wait_port_out_ns:.1f}", "hot_port": _hot_port(row.longest_port_wait),
         "balance": f"{row.port_balance:.2f}", "ports": str(row.ports_used),
         "tbs": f"{'/'.join(str(n) for n in row.tbs_per_domain)} (G={row.domains_counted})",
         "moved": str(row.threadblocks_moved), "pages": f"{row.pages_moved:,}",
     }
     return values[key]
+
+
+def _hot_port(hot: tuple[int, int, str, float] | None) -> str:
+    if hot is None:
+        return "-"
+    gpu, port, link, wait_ns = hot
+    return f"{wait_ns:.1f} (GPU {gpu} port {port}, {link})"
 
 
 def format_comparison(c: Comparison) -> str:

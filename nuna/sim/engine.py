@@ -181,6 +181,7 @@ State = namedtuple(
         # left its source queue (-1 until then); time its head reached (reaches) that buffer;
         # windowed replay, a remote store: its send step, then which side of its landing is done
         "wait",  # f8[K] time heads waited in a buffer for their next edge, by its wait class
+        "ewait",  # f8[E] the same time by edge (an edge is granted only in its own domain)
         # one event queue (a heap and one ring per delay class) per domain g:
         "heap",  # f8[G * (N + 3), 2] event times in column 0 (4-ary heap, node i in row g (N + 3) + i + 3)
         "heapk",  # i8[G * (N + 3), 2] the same memory: (sequence << 28 | payload) in column 1
@@ -398,7 +399,8 @@ def make_state(net: Any, packets: int, heap: int, ring: int, domains: int = 1, b
         raise ValueError(f"too many domains for the event keys ({G} > {MAX_DOMAINS})")
     ob = np.zeros((G * obcap, 4)) if G > 1 else np.zeros((1, 4))
     return State(ef, ei, np.zeros(max(1, E), np.int32), vf, _aligned(max(1, nrows)), pi,
-                 _aligned(4 * P).reshape(P, 4), np.zeros(K), h, hk, fq, fq.view(np.int64),
+                 _aligned(4 * P).reshape(P, 4), np.zeros(K), np.zeros(max(1, E)), h, hk, fq,
+                 fq.view(np.int64),
                  np.zeros((G * D, 2), np.int64), np.full(G * D, INF), np.zeros((G, 2), np.int64), ctr,
                  dctr, np.zeros((G, B if G > 1 else 1), np.int32), np.zeros((G, K)), ob, ob.view(np.int64))
 
@@ -1076,7 +1078,9 @@ def _grant(net: Any, st: Any, p: int, ein: int, e: int, v: int, leg: int, pos: i
         vf[kk, VF_TAIL] = p
     st.pf[p, 0] = t_lf + lat
     # queueing report: the head waited here since it reached this buffer (set-up included)
-    st.wait[ei[e, EI_WCLASS]] += now - st.pf[p, 2]
+    waited = now - st.pf[p, 2]
+    st.wait[ei[e, EI_WCLASS]] += waited
+    st.ewait[e] += waited
     st.pf[p, 2] = now + lat
     if st.ctr[C_NDOM] == 1:
         ev_push(st, ei[e, EI_DCLASS], now + lat, EV_ARRIVE | (p << 3))
@@ -2155,9 +2159,9 @@ def _replay_event(net: Any, st: Any, R: Any, now: float, pay: int) -> None:
 def domain_state(st: Any, g: int) -> Any:
     """Windowed scheduling: domain ``g``'s view of ``st`` (its own counters, arbitration stack
     and waits; every other array shared, each domain touching only its own rows)."""
-    return State(st.ef, st.ei, st.dstack[g], st.vf, st.vu, st.pi, st.pf, st.dwait[g], st.heap, st.heapk,
-                 st.fq, st.fqk, st.fqs, st.fqh, st.qn, st.dctr[g], st.dctr, st.dstack, st.dwait, st.ob,
-                 st.obk)
+    return State(st.ef, st.ei, st.dstack[g], st.vf, st.vu, st.pi, st.pf, st.dwait[g], st.ewait, st.heap,
+                 st.heapk, st.fq, st.fqk, st.fqs, st.fqh, st.qn, st.dctr[g], st.dctr, st.dstack, st.dwait,
+                 st.ob, st.obk)
 
 
 @_hot

@@ -90,6 +90,7 @@ class _Stats:
     busy: npt.NDArray[np.float64]
     grants: npt.NDArray[np.float64]
     wait: npt.NDArray[np.float64]
+    ewait: npt.NDArray[np.float64]
     hist: npt.NDArray[np.float64]
     stat: npt.NDArray[np.float64]
     events: float
@@ -97,7 +98,8 @@ class _Stats:
 
 def _stats(st: Any, R: Any, t_ns: float) -> _Stats:
     return _Stats(t_ns, st.ef[:, eng.EF_BUSY].copy(), st.ei[:, eng.EI_PKTS].astype(np.float64),
-                  st.wait.copy(), R.hist.copy(), R.stat_f.copy(), float(st.ctr[eng.C_EVENTS]))
+                  st.wait.copy(), st.ewait.copy(), R.hist.copy(), R.stat_f.copy(),
+                  float(st.ctr[eng.C_EVENTS]))
 
 
 def _loop(net: Any, st: Any, R: Any) -> tuple[Any, int]:
@@ -195,6 +197,7 @@ def _credit(st: Any, R: Any, nodes: I64, jobs: I64, base: _Stats, cur: _Stats, s
     st.ef[:, eng.EF_BUSY] += (cur.busy - base.busy) * scale
     st.ei[:, eng.EI_PKTS] += np.round((cur.grants - base.grants) * scale).astype(st.ei.dtype)
     st.wait[:] += (cur.wait - base.wait) * scale
+    st.ewait[:] += (cur.ewait - base.ewait) * scale
     R.hist[:] += (cur.hist - base.hist) * scale
     for s in (eng.S_LAT_SUM, eng.S_LAT_W, eng.S_READY_SUM):
         R.stat_f[s] += (cur.stat[s] - base.stat[s]) * scale

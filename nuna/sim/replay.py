@@ -42,7 +42,7 @@ from nuna.sim import fastforward
 from nuna.sim.fastforward import FastForward
 from nuna.sim.layout import MemoryLayout, memory_layout, threadblock_cus
 from nuna.sim.network import EDGE_CLASSES, WAIT_CLASSES, PodNet, RouterParams, build_pod_net
-from nuna.sim.result import ChipLinkTable, LatencyStats, SimResult, Skip
+from nuna.sim.result import PORT_WAIT_CLASSES, ChipLinkTable, LatencyStats, SimResult, Skip
 from nuna.topology.address import nar_port_table, stack_domains, store_domains_by_cu
 from nuna.topology.build import local_node
 from nuna.topology.geometry import ChipGeometry
@@ -758,13 +758,31 @@ def _chip_link_names(geo: ChipGeometry) -> tuple[tuple[int, str, str], ...]:
                  for e in np.lexsort((dst, src)).tolist())
 
 
-def _chip_links(net: PodNet, e_bytes: I64, util: npt.NDArray[np.float64]) -> ChipLinkTable:
-    """Every physical chip edge, its bytes summed and its utilisation averaged / maximised over
-    the GPUs."""
+def _mean_wait(wait: npt.NDArray[np.float64], grants: I64) -> npt.NDArray[np.float64]:
+    """Mean wait per grant, 0 where nothing was granted. The sums are rounded first, as the
+    classes' totals are: a wait of zero comes out as a sum of +-1e-14 float residues."""
+    return np.divide(np.round(wait, 6), grants, out=np.zeros(wait.shape), where=grants > 0)
+
+
+def _chip_links(net: PodNet, e_bytes: I64, util: npt.NDArray[np.float64], e_wait: npt.NDArray[np.float64],
+                e_grants: I64) -> ChipLinkTable:
+    """Every physical chip edge, its bytes summed, its utilisation averaged / maximised and
+    its heads' mean wait taken over the GPUs."""
     E = net.geo.num_edges
     kinds = tuple(EDGE_CLASSES[c] for c in net.edge_class[:E].tolist())
     return ChipLinkTable(_chip_link_names(net.geo), kinds, e_bytes[:, :E].sum(axis=0),
-                         util[:, :E].mean(axis=0), util[:, :E].max(axis=0))
+                         util[:, :E].mean(axis=0), util[:, :E].max(axis=0),
+                         _mean_wait(e_wait[:, :E].sum(axis=0), e_grants[:, :E].sum(axis=0)))
+
+
+def _port_waits(net: PodNet, e_wait: npt.NDArray[np.float64], e_grants: I64) -> npt.NDArray[np.float64]:
+    """(GPU, port, PORT_WAIT_CLASSES): the mean head wait for each of every port's links."""
+    geo = net.geo
+    P = geo.spec.io_ports
+    links = {"mesh_to_port": geo.port_in_edge.astype(np.int64), "port_to_switch": net.up + np.arange(P),
+             "switch_to_port": net.down + np.arange(P), "port_to_mesh": geo.port_out_edge.astype(np.int64)}
+    cols = [links[name] for name in PORT_WAIT_CLASSES]
+    return np.stack([_mean_wait(e_wait[:, c], e_grants[:, c]) for c in cols], axis=2)
 
 
 def _result(plan: Plan, spec: TopologySpec, size_bytes: int, psize: int, seed: int, flat: FlatPlan,
@@ -780,6 +798,8 @@ def _result(plan: Plan, spec: TopologySpec, size_bytes: int, psize: int, seed: i
     block = net.block
     e_bytes = eng.edge_bytes(st).reshape(ngpus, block)
     e_busy = st.ef[:, eng.EF_BUSY].reshape(ngpus, block)
+    e_wait = st.ewait.reshape(ngpus, block)
+    e_grants = st.ei[:, eng.EI_PKTS].astype(np.int64).reshape(ngpus, block)
     P = chip.io_ports
     lat = _latency_stats(R.hist, float(R.par_f[eng.F_BIN]), float(R.stat_f[eng.S_LAT_W]),
                          float(R.stat_f[eng.S_LAT_SUM]), float(R.stat_f[eng.S_LAT_MAX]),
@@ -850,7 +870,9 @@ def _result(plan: Plan, spec: TopologySpec, size_bytes: int, psize: int, seed: i
         port_ingress_bytes=e_bytes[:, net.down:net.down + P].copy(),
         port_egress_busy_ns=e_busy[:, net.up:net.up + P].copy(),
         port_ingress_busy_ns=e_busy[:, net.down:net.down + P].copy(),
-        link_classes=classes, busiest_links=busiest, chip_link_table=_chip_links(net, e_bytes, util),
+        port_queueing_ns_mean=_port_waits(net, e_wait, e_grants),
+        link_classes=classes, busiest_links=busiest,
+        chip_link_table=_chip_links(net, e_bytes, util, e_wait, e_grants),
         noc_hops=hops, queueing=queueing,
         die_crossing_bytes=int(e_bytes[:, die].sum()), remote_bytes=int(R.stat_f[eng.S_REMOTE_BYTES]),
         landed_bytes=R.landed.copy(), sent_bytes=sent, steps=nn, jobs=njobs, events=int(st.ctr[eng.C_EVENTS]),

@@ -29,6 +29,11 @@ I64 = npt.NDArray[np.int64]
 #: 2-64 KiB err by -8 % to +61 % (64 KiB: +17 % to +61 % where several CUs share each port).
 COARSE_PACKET_BYTES = 1024
 
+#: The wait classes (``nuna.sim.network.WAIT_CLASSES``) of an I/O port's four links, in a
+#: remote store's order: router to port, port to switch, switch to port, port to router. Each
+#: port row of the JSON gives the mean head wait for each: where a port is a hot spot.
+PORT_WAIT_CLASSES = ("mesh_to_port", "port_to_switch", "switch_to_port", "port_to_mesh")
+
 
 def coarse_packet_note(packet_bytes: int) -> str | None:
     """A one-line caution for a result replayed with coarse packets, ``None`` for finer ones."""
@@ -86,10 +91,13 @@ class ChipLink:
     total_bytes: int  # summed over GPUs
     utilization_mean: float  # over GPUs
     utilization_max: float
+    # per grant over the GPUs: from a head reaching the buffer before the link to its grant
+    queueing_ns_mean: float
 
     def to_json(self) -> dict[str, Any]:
         return {"src": self.src, "dst": self.dst, "kind": self.kind, "bytes": self.total_bytes,
-                "utilization_mean": self.utilization_mean, "utilization_max": self.utilization_max}
+                "utilization_mean": self.utilization_mean, "utilization_max": self.utilization_max,
+                "queueing_ns_mean": self.queueing_ns_mean}
 
 
 @dataclass(frozen=True, eq=False)
@@ -104,11 +112,13 @@ class ChipLinkTable:
     total_bytes: I64
     utilization_mean: F64
     utilization_max: F64
+    queueing_ns_mean: F64
 
     def rows(self) -> tuple[ChipLink, ...]:
         total, mean = self.total_bytes.tolist(), self.utilization_mean.tolist()
-        peak = self.utilization_max.tolist()
-        return tuple(ChipLink(u, v, self.kinds[e], int(total[e]), float(mean[e]), float(peak[e]))
+        peak, wait = self.utilization_max.tolist(), self.queueing_ns_mean.tolist()
+        return tuple(ChipLink(u, v, self.kinds[e], int(total[e]), float(mean[e]), float(peak[e]),
+                              float(wait[e]))
                      for e, u, v in self.order)
 
 
@@ -151,6 +161,8 @@ class SimResult:
     port_ingress_bytes: I64
     port_egress_busy_ns: F64
     port_ingress_busy_ns: F64
+    # (GPU, port, PORT_WAIT_CLASSES): mean head wait per grant for each of the port's four links
+    port_queueing_ns_mean: F64
     link_classes: dict[str, dict[str, float]]
     busiest_links: tuple[dict[str, Any], ...]
     chip_link_table: ChipLinkTable = field(repr=False)  # every physical chip edge (see chip_links)
@@ -205,6 +217,16 @@ class SimResult:
     def busbw_gbps(self) -> float:
         return self.algbw_gbps * bus_factor(self.collective, self.ngpus)
 
+    def longest_port_wait(self) -> tuple[int, int, str, float] | None:
+        """``(gpu, port, wait class, ns)`` of the port link whose heads waited longest on
+        average (``PORT_WAIT_CLASSES``; the first in (GPU, port, class) order on a tie), or
+        ``None`` if no head waited at any port."""
+        waits = self.port_queueing_ns_mean
+        if waits.size == 0 or float(waits.max()) <= 0.0:
+            return None
+        g, k, c = np.unravel_index(int(np.argmax(waits)), waits.shape)
+        return int(g), int(k), PORT_WAIT_CLASSES[int(c)], float(waits[g, k, c])
+
     @functools.cached_property
     def chip_links(self) -> tuple[ChipLink, ...]:
         """Every physical chip edge, sorted by (source, destination) local node id."""
@@ -220,7 +242,9 @@ class SimResult:
              "egress_bytes": int(self.port_egress_bytes[g, k]),
              "ingress_bytes": int(self.port_ingress_bytes[g, k]),
              "egress_utilization": float(self.port_egress_busy_ns[g, k] / t),
-             "ingress_utilization": float(self.port_ingress_busy_ns[g, k] / t)}
+             "ingress_utilization": float(self.port_ingress_busy_ns[g, k] / t),
+             "queueing_ns_mean": dict(zip(PORT_WAIT_CLASSES, self.port_queueing_ns_mean[g, k].tolist(),
+                                          strict=True))}
             for g in range(self.port_egress_bytes.shape[0]) for k in range(self.port_egress_bytes.shape[1])
         ]
         out: dict[str, Any] = {

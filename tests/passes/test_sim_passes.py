@@ -119,6 +119,11 @@ def test_compare_reports_the_simulation(spec: TopologySpec) -> None:
     assert nap.remote_store_sender_hops == ref.noc_hops["remote_store_sender_mean"]
     assert nap.remote_store_receiver_hops == ref.noc_hops["remote_store_receiver_mean"]
     assert "sender: CU -> I/O port" in format_comparison(c)
+    assert nap.wait_port_out_ns == ref.queueing.get("port_to_mesh", {}).get("mean", 0.0)
+    assert nap.longest_port_wait == ref.longest_port_wait()
+    if ref.longest_port_wait() is not None:
+        gpu, port, link, wait_ns = nap.longest_port_wait  # type: ignore[misc]
+        assert f"{wait_ns:.1f} (GPU {gpu} port {port}, {link})" in format_comparison(c)
     assert sum(nap.tbs_per_domain) == sum(len(g.threadblocks) for g in plan.gpus)
     assert nap.domains_counted == 4
     assert nap.ports_used == int((ref.port_egress_bytes > 0).sum())
@@ -128,6 +133,9 @@ def test_compare_reports_the_simulation(spec: TopologySpec) -> None:
     assert nap.pages_moved > 0
     doc = c.to_json()
     assert [r["config"] for r in doc["configs"]] == ["UA", "UA", "NAP+NAR"]
+    hot = ua.longest_port_wait
+    assert doc["configs"][0]["longest_port_wait"] == (None if hot is None else {
+        "gpu": hot[0], "port": hot[1], "link": hot[2], "queueing_ns_mean": hot[3]})
     assert json.loads(json.dumps(doc)) == doc
 
 

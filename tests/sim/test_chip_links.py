@@ -1,7 +1,7 @@
 """The per-chip-link table of a replay (``SimResult.chip_links``, JSON ``chip_links``): it covers
 every physical chip edge once, its bytes add up to the per-class and per-port figures measured
-elsewhere in the result, utilisation is a fraction, and a link carries traffic exactly when a
-route of the run crosses it."""
+elsewhere in the result, utilisation is a fraction, its heads' waits add up to the per-class
+and per-port ones, and a link carries traffic exactly when a route of the run crosses it."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from nuna.plan.generate import generate
 from nuna.plan.ir import Buffer, ChunkPlacement, Placement, TbPlacement
 from nuna.plan.xml import loads
 from nuna.sim import simulate
-from nuna.sim.result import SimResult
+from nuna.sim.result import PORT_WAIT_CLASSES, SimResult
 from nuna.topology import Cu, Hbm, IoPort, Node, build_gpu, load_topology, route
 from nuna.topology.address import io_port, physical_address
 from nuna.topology.render import parse_node
@@ -63,7 +63,8 @@ def test_table_covers_every_physical_chip_edge_once(spec: TopologySpec, ag2: dic
 
 def test_table_is_sorted_and_json_shaped(spec: TopologySpec, ag2: dict[str, Any]) -> None:
     rows = ag2["chip_links"]
-    assert all(set(r) == {"src", "dst", "kind", "bytes", "utilization_mean", "utilization_max"} for r in rows)
+    assert all(set(r) == {"src", "dst", "kind", "bytes", "utilization_mean", "utilization_max",
+                          "queueing_ns_mean"} for r in rows)
     assert all(isinstance(r["bytes"], int) for r in rows)
     # sorted by source then destination, in the chip graph's node order (routers, CUs, ports, stacks)
     position = {node: i for i, node in enumerate(build_gpu(spec).nodes)}
@@ -107,7 +108,41 @@ def test_idle_links_are_zero(ag2: dict[str, Any]) -> None:
     idle = [r for r in rows if r["bytes"] == 0]
     # two threadblocks per GPU: almost every CU's links are idle
     assert len([r for r in idle if r["kind"] == "cu"]) >= 2 * (1008 - 2 * 2)
-    assert all(r["utilization_mean"] == r["utilization_max"] == 0.0 for r in idle)
+    assert all(r["utilization_mean"] == r["utilization_max"] == r["queueing_ns_mean"] == 0.0 for r in idle)
+
+
+def _port_link_grants(ag2: dict[str, Any], port: dict[str, Any], cls: str) -> int:
+    """Grants of one port link in a replay of 256-byte flits: every packet on a port's links is
+    one stored line."""
+    side = "egress_bytes" if cls in ("mesh_to_port", "port_to_switch") else "ingress_bytes"
+    assert ag2["packet_bytes"] == 256
+    return port[side] // 256
+
+
+def test_port_waits_add_up_to_the_wait_classes(ag2: dict[str, Any]) -> None:
+    # the per-edge waits behind the port rows and the per-class totals are summed apart
+    for cls in PORT_WAIT_CLASSES:
+        total = sum(p["queueing_ns_mean"][cls] * _port_link_grants(ag2, p, cls) for p in ag2["io_ports"])
+        assert total == pytest.approx(ag2["queueing_ns"][cls]["total"], rel=1e-9, abs=1e-5), cls
+    assert ag2["queueing_ns"]["mesh_to_port"]["total"] > 0  # the case queues where the test can see it
+
+
+def test_an_io_link_row_waits_as_its_ports_do(ag2: dict[str, Any]) -> None:
+    # Router -> IoPort k is the link a port row calls mesh_to_port, IoPort k -> Router port_to_mesh;
+    # the table weighs the GPUs by their grants
+    checked = 0
+    for row in ag2["chip_links"]:
+        u, v = parse_node(row["src"]), parse_node(row["dst"])
+        if row["kind"] != "io" or row["bytes"] == 0:
+            continue
+        cls, k = ("mesh_to_port", v.port) if isinstance(v, IoPort) else ("port_to_mesh", u.port)  # type: ignore[union-attr]
+        ports = [p for p in ag2["io_ports"] if p["port"] == k]
+        grants = [_port_link_grants(ag2, p, cls) for p in ports]
+        wait = sum(p["queueing_ns_mean"][cls] * g for p, g in zip(ports, grants, strict=True))
+        # each side rounds its sums to 1e-6 ns (residues of zero waits) before dividing
+        assert row["queueing_ns_mean"] == pytest.approx(wait / sum(grants), rel=1e-9, abs=1e-6)
+        checked += 1
+    assert checked == 2 * 12
 
 
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -135,3 +170,18 @@ def test_the_table_can_be_left_out(res2: SimResult, ag2: dict[str, Any]) -> None
     assert set(ag2) - set(short) == {"chip_links"}
     assert {k: v for k, v in ag2.items() if k not in ("chip_links", "wall_s")} == \
         {k: v for k, v in short.items() if k != "wall_s"}
+
+
+def test_a_lone_flit_waits_nowhere(spec: TopologySpec) -> None:
+    res = simulate(loads(ONE_SEND), spec, 512)
+    assert res.longest_port_wait() is None
+    assert all(link.queueing_ns_mean == 0.0 for link in res.chip_links)
+
+
+def test_the_longest_port_wait_is_the_largest_port_row(res2: SimResult, ag2: dict[str, Any]) -> None:
+    hot = res2.longest_port_wait()
+    assert hot is not None
+    gpu, port, link, wait_ns = hot
+    row = next(p for p in ag2["io_ports"] if (p["gpu"], p["port"]) == (gpu, port))
+    assert row["queueing_ns_mean"][link] == wait_ns == max(
+        w for p in ag2["io_ports"] for w in p["queueing_ns_mean"].values())

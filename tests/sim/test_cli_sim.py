@@ -43,6 +43,12 @@ def test_simulate_prints_row_and_writes_files(run_cli, plan_file: Path, tmp_path
     assert {e["pid"] for e in slices} == {0, 1, 2, 3}
     assert any(e["ph"] == "C" and e["name"].startswith("io port") for e in events)
     assert max(e["ts"] + e["dur"] for e in slices) == pytest.approx(data["time_ns"] / 1000)
+    # the summary names the port link with the longest mean wait, as the JSON has it
+    waits = [(p["queueing_ns_mean"][link], p["gpu"], p["port"], link)
+             for p in data["io_ports"] for link in p["queueing_ns_mean"]]
+    wait_ns, gpu, port, link = max(waits, key=lambda w: w[0])
+    assert wait_ns > 0
+    assert f"{wait_ns:.1f} ns per packet for {link} at GPU {gpu} port {port}" in res.out
     # 64,000 floats divide into the plan's 8 chunks: nothing padded, nothing to note
     assert data["msccl_selectable"] is True
     assert data["padding_bytes"] == 0
