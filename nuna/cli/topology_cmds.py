@@ -130,6 +130,7 @@ class _Stat(StrEnum):
 
     MEAN = "mean"
     MAX = "max"
+    QUEUEING = "queueing"
 
 
 def _read_overlay(path: Path, spec: TopologySpec, stat: str) -> LinkOverlay:
@@ -155,10 +156,13 @@ def render(
     ),
     nar: int | None = typer.Option(None, "--nar", help="Colour the NAR domains of granularity G."),
     overlay: Path | None = typer.Option(
-        None, "--overlay", help="Shade the chip's links by utilisation from a 'nuna simulate --json' file."
+        None, "--overlay",
+        help="Shade the chip's links by utilisation (or queueing) from a 'nuna simulate --json' file."
     ),
     overlay_stat: _Stat | None = typer.Option(
-        None, "--overlay-stat", help="With --overlay: mean (default) or max of each link over the GPUs."
+        None, "--overlay-stat",
+        help="With --overlay: each link's utilisation, mean (default) or max over the GPUs, or "
+             "queueing: its packets' mean wait for it (ns), where hot spots show.",
     ),
 ) -> None:
     """Draw the chip (dies, mesh, CUs, I/O ports, HBM stacks), optionally the pod, NAR domains,

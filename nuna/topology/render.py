@@ -44,8 +44,10 @@ if TYPE_CHECKING:  # matplotlib costs ~1 s to import: the drawing functions load
 
 FORMATS = ("svg", "png", "pdf")
 MAX_RENDER_GPUS = 16
-#: Statistics over GPUs a ``chip_links`` row carries (``utilization_<stat>``).
-OVERLAY_STATS = ("mean", "max")
+#: What an overlay shades, each a column of a ``chip_links`` row: the link's utilisation as mean or
+#: max over the GPUs, or its heads' mean wait per packet (ns, over the GPUs): a hot spot.
+OVERLAY_STATS = ("mean", "max", "queueing")
+_OVERLAY_COLUMNS = {"mean": "utilization_mean", "max": "utilization_max", "queueing": "queueing_ns_mean"}
 
 _DIE = "#f6e7a8"  # compute dies: yellow, as the paper's Figs 3 and 8
 _DIE_EDGE = "#b59a2c"
@@ -422,9 +424,10 @@ def _real(value: object) -> bool:
 
 def link_overlay(spec: TopologySpec, result: object, *, stat: str = "mean",
                  source: str = "result") -> LinkOverlay:
-    """Link utilisation of an already parsed ``nuna simulate --json`` result, for rendering on
-    ``spec``'s chip: ``utilization_<stat>`` (``mean`` or ``max`` over the GPUs) of every row of
-    its ``chip_links`` table, keyed by the nodes of GPU 0. ``source`` prefixes error messages.
+    """Link utilisation or queueing of an already parsed ``nuna simulate --json`` result, for
+    rendering on ``spec``'s chip: the ``stat`` column (``OVERLAY_STATS``: ``utilization_mean``,
+    ``utilization_max`` or ``queueing_ns_mean``) of every row of its ``chip_links`` table, keyed
+    by the nodes of GPU 0. ``source`` prefixes error messages.
 
     Raises ``InputError`` for something that is not such a result (or is malformed),
     ``TopologyError`` for a result of another topology or naming a link ``spec`` lacks."""
@@ -444,7 +447,10 @@ def link_overlay(spec: TopologySpec, result: object, *, stat: str = "mean",
     geo = chip_geometry(spec.chip)
     edges = {(local_node(geo, 0, int(a)), local_node(geo, 0, int(b)))
              for a, b in zip(geo.edge_src.tolist(), geo.edge_dst.tolist(), strict=True)}
-    key = f"utilization_{stat}"
+    key = _OVERLAY_COLUMNS[stat]
+    if stat == "queueing" and rows and isinstance(rows[0], dict) and key not in rows[0]:
+        raise InputError(f"{source}: no per-link waits ('{key}'); write the result again with this "
+                         "version's 'nuna simulate --json'")
     values: dict[tuple[Node, Node], float] = {}
     for i, row in enumerate(rows):
         if not (isinstance(row, dict) and isinstance(row.get("src"), str) and isinstance(row.get("dst"), str)
@@ -460,18 +466,25 @@ def link_overlay(spec: TopologySpec, result: object, *, stat: str = "mean",
         if link in values:
             raise InputError(f"{source}: link {name} is listed twice")
         value = float(row[key])
+        if stat == "queueing":
+            if value < 0.0:
+                raise InputError(f"{source}: link {name} has a negative wait {value}")
+            values[link] = value
+            continue
         if not 0.0 <= value <= 1.0 + 1e-9:
             raise InputError(f"{source}: link {name} has utilisation {value}, outside [0, 1]")
         values[link] = min(value, 1.0)
     ngpus = result["ngpus"]
-    over = f"{stat} over {_count(ngpus, 'GPU')}" if isinstance(ngpus, int) else f"{stat} over GPUs"
+    gpus = _count(ngpus, "GPU") if isinstance(ngpus, int) else "GPUs"
     size = result.get("size_bytes")
     note = f"overlay: {result['plan']}"
     if isinstance(size, int) and not isinstance(size, bool) and size > 0:
         note += f", {format_size(size)}"
     if result.get("config"):
         note += f", {result['config']}"
-    return LinkOverlay(values, f"link utilisation, {over}", note)
+    label = f"mean wait per packet (ns), over {gpus}" if stat == "queueing" else \
+        f"link utilisation, {stat} over {gpus}"
+    return LinkOverlay(values, label, note)
 
 
 def _draw_switches(

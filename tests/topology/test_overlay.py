@@ -17,12 +17,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from matplotlib.collections import LineCollection
 
+from nuna.cli.topology_cmds import _Stat
 from nuna.errors import InputError, TopologyError
 from nuna.plan.generate import generate
 from nuna.plan.xml import save
 from nuna.sim import simulate
 from nuna.topology import Cu, Hbm, IoPort, Node, Router, Switch, build_gpu, load_topology
-from nuna.topology.render import figure_bytes, link_overlay, parse_node, topology_figure
+from nuna.topology.render import OVERLAY_STATS, figure_bytes, link_overlay, parse_node, topology_figure
 from nuna.topology.spec import TopologySpec
 from tests.conftest import CliResult
 
@@ -88,6 +89,21 @@ def test_overlay_maps_every_row_onto_a_chip_edge(spec: TopologySpec, result: dic
     assert result["plan"] in overlay.note
 
 
+def test_queueing_overlay_shades_the_links_waits(spec: TopologySpec, result: dict[str, Any]) -> None:
+    overlay = link_overlay(spec, result, stat="queueing")
+    assert set(overlay.values) == set(build_gpu(spec).edges())
+    for row in result["chip_links"]:
+        assert overlay.values[parse_node(row["src"]), parse_node(row["dst"])] == row["queueing_ns_mean"]
+    assert max(overlay.values.values()) > 1.0  # ns, not a fraction: nothing is clipped to 1
+    assert overlay.label == "mean wait per packet (ns), over 2 GPUs"
+    fig = topology_figure(spec, edge_values=overlay.values, value_label=overlay.label)
+    assert fig.axes[-1].get_ylim()[1] == pytest.approx(max(overlay.values.values()))
+
+
+def test_overlay_stats_are_the_clis_choices() -> None:
+    assert tuple(s.value for s in _Stat) == OVERLAY_STATS
+
+
 def test_figure_shades_links_by_the_overlay(spec: TopologySpec, result: dict[str, Any]) -> None:
     overlay = link_overlay(spec, result, stat="max")
     values = overlay.values
@@ -113,6 +129,7 @@ def test_figure_shades_links_by_the_overlay(spec: TopologySpec, result: dict[str
 
 
 def _broken(result: dict[str, Any], how: str) -> object:
+    """``result`` broken as ``how`` says; a pair (result, stat) for the breaks only a stat reads."""
     data = copy.deepcopy(result)
     rows = data["chip_links"]
     if how == "not a dict":
@@ -137,6 +154,13 @@ def _broken(result: dict[str, Any], how: str) -> object:
         rows[0]["utilization_mean"] = 1.5
     elif how == "huge":
         rows[0]["utilization_mean"] = 10**400
+    elif how == "no waits":
+        for row in rows:
+            del row["queueing_ns_mean"]
+        return data, "queueing"
+    elif how == "negative wait":
+        rows[0]["queueing_ns_mean"] = -1.0
+        return data, "queueing"
     elif how == "table not a list":
         data["chip_links"] = {"rows": rows}
     return data
@@ -155,11 +179,16 @@ def _broken(result: dict[str, Any], how: str) -> object:
     ("out of range", InputError, "outside \\[0, 1\\]"),
     ("huge", InputError, "is not a link row"),
     ("table not a list", InputError, "is not a list"),
+    ("no waits", InputError, "no per-link waits"),
+    ("negative wait", InputError, "negative wait"),
 ])
 def test_overlay_rejects_bad_results(spec: TopologySpec, result: dict[str, Any], how: str,
                                      error: type[Exception], message: str) -> None:
+    broken, stat = _broken(result, how), "mean"
+    if isinstance(broken, tuple):
+        broken, stat = broken
     with pytest.raises(error, match=message):
-        link_overlay(spec, _broken(result, how), source="r.json")
+        link_overlay(spec, broken, stat=stat, source="r.json")
 
 
 # --- CLI --------------------------------------------------------------------------------------
@@ -183,6 +212,10 @@ def test_cli_renders_a_real_simulation(run_cli: Run, tmp_path: Path) -> None:
     assert "link utilisation, max over 2 GPUs" in text
     assert 'id="overlay-colorbar"' in text
     assert 'id="cu-links-0"' in text
+    waits = tmp_path / "w.svg"
+    out = run_cli("topology", "render", "--overlay", res, "--overlay-stat", "queueing", "-o", waits)
+    assert out.code == 0, out.err
+    assert "mean wait per packet (ns), over 2 GPUs" in waits.read_text()
 
 
 @pytest.mark.parametrize(("case", "message"), [
