@@ -154,11 +154,16 @@ def run_tasks(
 
     Closing the iterator early (the driver was interrupted) cancels the work not yet started.
     """
+    check_executor(executor)
     if executor == "local":
         return _run_local(tasks, jobs or default_jobs())
-    if executor == "dask":
-        return _run_dask(tasks, jobs, scheduler)
-    raise UsageError(f"unknown executor {executor!r}; expected one of {', '.join(EXECUTORS)}")
+    return _run_dask(tasks, jobs, scheduler)
+
+
+def check_executor(executor: str) -> None:
+    """Raise ``UsageError`` unless ``executor`` is one of ``EXECUTORS``."""
+    if executor not in EXECUTORS:
+        raise UsageError(f"unknown executor {executor!r}; expected one of {', '.join(EXECUTORS)}")
 
 
 def _run_local(tasks: Sequence[Task], jobs: int) -> Iterator[Outcome]:

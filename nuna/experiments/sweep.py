@@ -18,7 +18,7 @@ from typing import Literal
 
 from nuna.errors import UsageError
 from nuna.experiments import store
-from nuna.experiments.executors import EXECUTORS, Task, resolve_point_function, run_tasks
+from nuna.experiments.executors import Task, check_executor, resolve_point_function, run_tasks
 from nuna.experiments.spec import (
     Point,
     SweepSpec,
@@ -111,8 +111,7 @@ def tasks_of(spec: SweepSpec) -> tuple[tuple[Task, Point], ...]:
 
 
 def _check_options(executor: str, jobs: int | None, scheduler: str | None) -> None:
-    if executor not in EXECUTORS:
-        raise UsageError(f"unknown executor {executor!r}; expected one of {', '.join(EXECUTORS)}")
+    check_executor(executor)
     if jobs is not None and jobs < 1:
         raise UsageError(f"jobs must be >= 1, got {jobs}")
     if scheduler is not None and executor != "dask":

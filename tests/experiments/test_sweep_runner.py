@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from nuna.errors import InputError, UsageError
+from nuna.experiments.executors import run_tasks
 from nuna.experiments.spec import expand, point_id
 from nuna.experiments.sweep import SweepProgress, load_results, load_sweep_spec, run_sweep, sweep_status
 
@@ -270,6 +271,10 @@ def test_bad_options_and_function_fail_before_writing(
                    {"executor": "dask", "scheduler": "tcp://h:1", "jobs": 2}):
         with pytest.raises(UsageError):
             run_sweep(spec, out, **kwargs)
+    # the executors' own entry point refuses an unknown name the same way
+    for refuse in (lambda: run_sweep(spec, out, executor="slurm"), lambda: run_tasks((), executor="slurm")):
+        with pytest.raises(UsageError, match="unknown executor 'slurm'; expected one of local, dask"):
+            refuse()
     missing = load_sweep_spec(write_spec(
         '[sweep]\npoint_function = "sweep_fake_points:nope"\n'
         '[grid]\ncollectives = ["allgather"]\ngpus = [2]\nsizes = ["1MB"]\nconfigs = ["UA"]\n',
