@@ -2,11 +2,13 @@
 docs/simulator.md §5, "Head set-ups per line"), and the NAP+NAR-over-UA speedups they give.
 
 ``python benchmarks/bench_line_setups.py [--rules one,series,overlap] [--case NAME ...]
-[--flits] [--set SECTION.KEY=VALUE ...] [--waits]`` (about 10 minutes for every case and rule on
+[--flits] [--set SECTION.KEY=VALUE ...] [--waits] [--ports]`` (about 10 minutes for every case and rule on
 a 2-core machine, one process per case). ``--set`` replays on nuna-4die with a parameter
 changed (an ablation: ``--set router.vc_buffer_flits=32``; it replays the flits too, as the
 stored flit times are nuna-4die's); ``--waits`` prints each replay's mean head wait per wait class
-(``queueing_ns`` of ``nuna simulate --json``). Each case is a direct plan placed as the
+(``queueing_ns`` of ``nuna simulate --json``) and ``--ports`` where its heads waited longest:
+the port link (``SimResult.longest_port_wait``), how many receiving ports made a head wait to
+enter the mesh, and the chip link. Each case is a direct plan placed as the
 sweeps place it (``apply_config``) and replayed with forced packet sizes or ``auto``. The
 flits' times are the measured ones of docs/simulator.md §5 (2026-12-02 and -04, nuna
 0.6.0-0.8.0, whose flit replays 0.9.0 keeps to the digit); ``--flits`` replays them again
@@ -75,6 +77,7 @@ def _run(name: str, rule: str, sets: list[str]) -> dict[str, Any]:
     from nuna.passes import PassContext, apply_config
     from nuna.plan.generate import generate
     from nuna.sim import SimOptions, simulate
+    from nuna.sim.result import PORT_WAIT_CLASSES
     from nuna.topology.spec import parse_topology
 
     coll, gpus, size, tbs, packet, config, _ = CASES[name]
@@ -87,9 +90,14 @@ def _run(name: str, rule: str, sets: list[str]) -> dict[str, Any]:
     else:
         res = simulate(plan, spec, size, packet_bytes=packet if isinstance(packet, int) else "auto",
                        options=SimOptions(line_setups=rule))
+    cpu = time.process_time() - cpu0
+    link = max(res.chip_links, key=lambda c: c.queueing_ns_mean)
+    into_mesh = res.port_queueing_ns_mean[:, :, PORT_WAIT_CLASSES.index("port_to_mesh")]
     return {"time_us": res.time_ns / 1000.0, "packet_bytes": res.packet_bytes, "events": res.events,
-            "cpu_s": time.process_time() - cpu0,
-            "waits_ns": {k: v["mean"] for k, v in res.queueing.items() if v["grants"]}}
+            "cpu_s": cpu, "waits_ns": {k: v["mean"] for k, v in res.queueing.items() if v["grants"]},
+            "longest_port_wait": res.longest_port_wait(),
+            "ports_waited_into_mesh": [int((into_mesh > 0).sum()), int(into_mesh.size)],
+            "longest_link_wait": [link.src, link.dst, link.queueing_ns_mean]}
 
 
 def _spawn(name: str, rule: str, sets: list[str]) -> dict[str, Any]:
@@ -105,6 +113,17 @@ def _waits(name: str, rule: str, r: dict[str, Any]) -> str:
     return f"  waits {name} {rule} (ns per grant): {cells}"
 
 
+def _ports(name: str, rule: str, r: dict[str, Any]) -> str:
+    """Where a replay's heads waited longest: at which port link, how many receiving ports made
+    any head wait to enter the mesh, and on which chip link (means per packet)."""
+    hot = r["longest_port_wait"]
+    port = "none" if hot is None else f"{hot[3]:.1f} ns (GPU {hot[0]} port {hot[1]}, {hot[2]})"
+    waited, ports = r["ports_waited_into_mesh"]
+    src, dst, wait_ns = r["longest_link_wait"]
+    return (f"  ports {name} {rule}: longest port wait {port}; {waited}/{ports} receiving ports "
+            f"with a wait into the mesh; longest chip-link wait {wait_ns:.1f} ns {src} -> {dst}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rules", default=",".join(RULES), help="comma-separated rules (default: all)")
@@ -114,6 +133,8 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="replay on nuna-4die with this parameter changed (repeatable)")
     parser.add_argument("--waits", action="store_true", help="print each replay's mean waits per class")
+    parser.add_argument("--ports", action="store_true",
+                        help="print where each replay's heads waited longest (port link, chip link)")
     parser.add_argument("--run", nargs=2, help=argparse.SUPPRESS)  # internal: one replay, print JSON
     args = parser.parse_args()
     if args.run:
@@ -134,11 +155,13 @@ def main() -> None:
     print(f"{'case':<22} {'packet':>7} {'flits us':>9} " + " ".join(f"{r:>9}" for r in rules))
     times: dict[tuple[str, str], float] = {}
     for name in names:
-        notes = []
+        notes: list[str] = []
+        ports: list[str] = []
         if args.flits or args.set:  # the stored flit times are nuna-4die's own
             r = _spawn(name, "flits", args.set)
             flits = r["time_us"]
             notes.append(_waits(name, "flits", r))
+            ports.append(_ports(name, "flits", r))
         else:
             flits = CASES[name][6]
         times[name, "flits"] = flits
@@ -149,9 +172,12 @@ def main() -> None:
             packet = r["packet_bytes"]
             cells.append(f"{(r['time_us'] / flits - 1) * 100:+8.2f}%")
             notes.append(_waits(name, rule, r))
+            ports.append(_ports(name, rule, r))
         print(f"{name:<22} {packet:>7} {flits:9.2f} " + " ".join(cells), flush=True)
         if args.waits:
             print("\n".join(notes), flush=True)
+        if args.ports:
+            print("\n".join(ports), flush=True)
     pairs = [(n, n[:-2] + "nap") for n in names if n.endswith("-ua") and n[:-2] + "nap" in names]
     for ua, nap in pairs:
         speedups = ", ".join(f"{r} {times[ua, r] / times[nap, r]:.3f}x" for r in ("flits", *rules))

@@ -29,3 +29,14 @@ def test_set_refuses_a_key_nuna_4die_lacks(item: str) -> None:
     bench = benchmark_module("bench_line_setups")
     with pytest.raises(SystemExit, match="no key"):
         bench._topology_text([item])
+
+
+def test_ports_line_names_the_longest_waits() -> None:
+    bench = benchmark_module("bench_line_setups")
+    r = {"longest_port_wait": [0, 3, "port_to_mesh", 1594.89], "ports_waited_into_mesh": [2, 24],
+         "longest_link_wait": ["IoPort(gpu=0, port=3)", "Router(gpu=0, x=0, y=3)", 1047.25]}
+    line = bench._ports("ag2", "flits", r)
+    assert "longest port wait 1594.9 ns (GPU 0 port 3, port_to_mesh)" in line
+    assert "2/24 receiving ports" in line
+    assert line.endswith("1047.2 ns IoPort(gpu=0, port=3) -> Router(gpu=0, x=0, y=3)")
+    assert "longest port wait none;" in bench._ports("ag2", "one", {**r, "longest_port_wait": None})
