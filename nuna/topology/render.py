@@ -46,8 +46,8 @@ FORMATS = ("svg", "png", "pdf")
 MAX_RENDER_GPUS = 16
 #: What an overlay shades, each a column of a ``chip_links`` row: the link's utilisation as mean or
 #: max over the GPUs, or its heads' mean wait per packet (ns, over the GPUs): a hot spot.
-OVERLAY_STATS = ("mean", "max", "queueing")
 _OVERLAY_COLUMNS = {"mean": "utilization_mean", "max": "utilization_max", "queueing": "queueing_ns_mean"}
+OVERLAY_STATS = tuple(_OVERLAY_COLUMNS)
 
 _DIE = "#f6e7a8"  # compute dies: yellow, as the paper's Figs 3 and 8
 _DIE_EDGE = "#b59a2c"
