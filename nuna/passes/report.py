@@ -25,7 +25,7 @@ from nuna.plan.ir import Plan
 from nuna.plan.verify import size_fit
 from nuna.sim.layout import memory_layout, threadblock_cus
 from nuna.sim.replay import simulate
-from nuna.sim.result import SimResult
+from nuna.sim.result import PortWait, SimResult
 from nuna.topology.address import nar_domain_cus
 from nuna.topology.render import figure_bytes, topology_figure
 from nuna.topology.spec import TopologySpec
@@ -55,7 +55,7 @@ class ConfigRow:
     wait_switch_ns: float
     wait_port_out_ns: float  # from a receiving I/O port into its mesh
     # the port link whose heads waited longest, SimResult.longest_port_wait (None: no wait)
-    longest_port_wait: tuple[int, int, str, float] | None
+    longest_port_wait: PortWait | None
     die_crossing_bytes: int
     port_balance: float
     ports_used: int
@@ -69,8 +69,7 @@ class ConfigRow:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "result"}
         out["tbs_per_domain"] = list(self.tbs_per_domain)
         hot = self.longest_port_wait
-        out["longest_port_wait"] = None if hot is None else \
-            {"gpu": hot[0], "port": hot[1], "link": hot[2], "queueing_ns_mean": hot[3]}
+        out["longest_port_wait"] = None if hot is None else hot._asdict()
         out["remote_store_latency_ns"] = self.result.to_json()["remote_store_latency_ns"]
         return out
 
@@ -223,11 +222,10 @@ def _cell(row: ConfigRow, key: str) -> str:
     return values[key]
 
 
-def _hot_port(hot: tuple[int, int, str, float] | None) -> str:
+def _hot_port(hot: PortWait | None) -> str:
     if hot is None:
         return "-"
-    gpu, port, link, wait_ns = hot
-    return f"{wait_ns:.1f} (GPU {gpu} port {port}, {link})"
+    return f"{hot.queueing_ns_mean:.1f} (GPU {hot.gpu} port {hot.port}, {hot.link})"
 
 
 def format_comparison(c: Comparison) -> str:

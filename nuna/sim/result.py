@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -33,6 +33,16 @@ COARSE_PACKET_BYTES = 1024
 #: remote store's order: router to port, port to switch, switch to port, port to router. Each
 #: port row of the JSON gives the mean head wait for each: where a port is a hot spot.
 PORT_WAIT_CLASSES = ("mesh_to_port", "port_to_switch", "switch_to_port", "port_to_mesh")
+
+
+class PortWait(NamedTuple):
+    """One link of one I/O port (``link``: a ``PORT_WAIT_CLASSES`` name) and its heads' mean
+    wait per grant."""
+
+    gpu: int
+    port: int
+    link: str
+    queueing_ns_mean: float
 
 
 def coarse_packet_note(packet_bytes: int) -> str | None:
@@ -217,15 +227,14 @@ class SimResult:
     def busbw_gbps(self) -> float:
         return self.algbw_gbps * bus_factor(self.collective, self.ngpus)
 
-    def longest_port_wait(self) -> tuple[int, int, str, float] | None:
-        """``(gpu, port, wait class, ns)`` of the port link whose heads waited longest on
-        average (``PORT_WAIT_CLASSES``; the first in (GPU, port, class) order on a tie), or
-        ``None`` if no head waited at any port."""
+    def longest_port_wait(self) -> PortWait | None:
+        """The port link whose heads waited longest on average (the first in (GPU, port,
+        ``PORT_WAIT_CLASSES``) order on a tie), or ``None`` if no head waited at any port."""
         waits = self.port_queueing_ns_mean
         if waits.size == 0 or float(waits.max()) <= 0.0:
             return None
         g, k, c = np.unravel_index(int(np.argmax(waits)), waits.shape)
-        return int(g), int(k), PORT_WAIT_CLASSES[int(c)], float(waits[g, k, c])
+        return PortWait(int(g), int(k), PORT_WAIT_CLASSES[int(c)], float(waits[g, k, c]))
 
     @functools.cached_property
     def chip_links(self) -> tuple[ChipLink, ...]:
