@@ -137,9 +137,9 @@ NEF = 8
 # the port's other ready heads (list via PI_RNEXT); on the arbitration stack; round-robin VC
 # pointer; blocked on credits; packets granted; for a source queue, the length below which the
 # engine posts an EV_ROOM event when a packet leaves it (0: never); delay class (event queue);
-# wait class (the row of State.wait that adds up the waiting for this edge)
+# a free column (the int block stays 64 bytes)
 EI_CAP, EI_NVC, EI_FIFO, EI_VBASE, EI_WHEAD, EI_WTAIL, EI_ACTIVE, EI_RHEAD, EI_RTAIL, EI_INSTACK, EI_RR, \
-    EI_CWAIT, EI_PKTS, EI_NOTIFY, EI_DCLASS, EI_WCLASS = range(16)
+    EI_CWAIT, EI_PKTS, EI_NOTIFY, EI_DCLASS, _EI_FREE = range(16)
 NEI = 16
 # State.vf columns (per virtual channel of a buffered edge): FIFO of packets, pending credit
 # returns, time a new head may bid, packets queued (source queues only), then the returns' times
@@ -180,8 +180,7 @@ State = namedtuple(
         "pf",  # f8[P, 4] time the tail reached (or reaches) the packet's current buffer; time it
         # left its source queue (-1 until then); time its head reached (reaches) that buffer;
         # windowed replay, a remote store: its send step, then which side of its landing is done
-        "wait",  # f8[K] time heads waited in a buffer for their next edge, by its wait class
-        "ewait",  # f8[E] the same time by edge (an edge is granted only in its own domain)
+        "ewait",  # f8[E] time heads waited in a buffer for this edge (granted only in its own domain)
         # one event queue (a heap and one ring per delay class) per domain g:
         "heap",  # f8[G * (N + 3), 2] event times in column 0 (4-ary heap, node i in row g (N + 3) + i + 3)
         "heapk",  # i8[G * (N + 3), 2] the same memory: (sequence << 28 | payload) in column 1
@@ -191,12 +190,11 @@ State = namedtuple(
         "fqh",  # f8[G * D] time of each ring's first event (inf when empty)
         "qn",  # i8[G, 2] events in each domain's heap and rings
         "ctr",  # i8[NCTR]
-        # windowed scheduling (G > 1): each domain's own counters, arbitration stack and waits
-        # (``ctr``, ``stack`` and ``wait`` of its view, :func:`domain_state`; the state's own
-        # hold the totals when the loop returns), and the outboxes: G rows of C_OBCAP entries
+        # windowed scheduling (G > 1): each domain's own counters and arbitration stack
+        # (``ctr`` and ``stack`` of its view, :func:`domain_state`; the state's own counters hold
+        # the totals when the loop returns), and the outboxes: G rows of C_OBCAP entries
         "dctr",  # i8[G, NCTR]
         "dstack",  # i4[G, edges per domain]
-        "dwait",  # f8[G, K]
         "ob",  # f8[G * C_OBCAP, 4] posts to other domains: time, then (int) key, domain, class
         "obk",  # i8[G * C_OBCAP, 4] the same memory
     ],
@@ -204,10 +202,8 @@ State = namedtuple(
 
 
 def make_net(lat: F8, bandwidth: F8, cap: I8, nvc: I4, cdelay: F8, fifo: U1, setup: F8,
-             seg_ptr: I8, seg_edge: I4, flit_bytes: float, notify: I8 | None = None,
-             wait_class: I8 | None = None) -> Any:
-    """Validate and pack edge and segment arrays into a :data:`Net`. ``wait_class``: per edge,
-    the row of ``State.wait`` that adds up the time heads wait for it (default: all row 0)."""
+             seg_ptr: I8, seg_edge: I4, flit_bytes: float, notify: I8 | None = None) -> Any:
+    """Validate and pack edge and segment arrays into a :data:`Net`."""
     bandwidth = np.asarray(bandwidth, np.float64)
     E = bandwidth.shape[0]
     ef = np.zeros((E, NEF))
@@ -232,8 +228,6 @@ def make_net(lat: F8, bandwidth: F8, cap: I8, nvc: I4, cdelay: F8, fifo: U1, set
     ei[:, [EI_WHEAD, EI_WTAIL, EI_ACTIVE, EI_RHEAD, EI_RTAIL]] = -1
     if notify is not None:
         ei[:, EI_NOTIFY] = notify
-    if wait_class is not None:
-        ei[:, EI_WCLASS] = wait_class
     ei[:, EI_DCLASS] = _delay_classes(ef[:, EF_LAT])
     return Net(ef, ei, np.ascontiguousarray(seg_ptr, np.int64), np.ascontiguousarray(seg_edge, np.int32),
                np.array([float(flit_bytes)]))
@@ -386,7 +380,6 @@ def make_state(net: Any, packets: int, heap: int, ring: int, domains: int = 1, b
     ctr[C_QD] = D
     ctr[C_QC] = C
     # 32-byte packet rows: a row never straddles two cache lines
-    K = int(net.ei[:, EI_WCLASS].max()) + 1 if E else 1
     # windowed: a domain's outbox holds its posts of one window (cut short when it fills up:
     # one event's posts, at most one per edge it grants, always fit above C_OBLIM)
     B = int(ctr[C_BLOCK])
@@ -399,10 +392,9 @@ def make_state(net: Any, packets: int, heap: int, ring: int, domains: int = 1, b
         raise ValueError(f"too many domains for the event keys ({G} > {MAX_DOMAINS})")
     ob = np.zeros((G * obcap, 4)) if G > 1 else np.zeros((1, 4))
     return State(ef, ei, np.zeros(max(1, E), np.int32), vf, _aligned(max(1, nrows)), pi,
-                 _aligned(4 * P).reshape(P, 4), np.zeros(K), np.zeros(max(1, E)), h, hk, fq,
-                 fq.view(np.int64),
+                 _aligned(4 * P).reshape(P, 4), np.zeros(max(1, E)), h, hk, fq, fq.view(np.int64),
                  np.zeros((G * D, 2), np.int64), np.full(G * D, INF), np.zeros((G, 2), np.int64), ctr,
-                 dctr, np.zeros((G, B if G > 1 else 1), np.int32), np.zeros((G, K)), ob, ob.view(np.int64))
+                 dctr, np.zeros((G, B if G > 1 else 1), np.int32), ob, ob.view(np.int64))
 
 
 def edge_bytes(st: Any) -> npt.NDArray[np.int64]:
@@ -1078,9 +1070,7 @@ def _grant(net: Any, st: Any, p: int, ein: int, e: int, v: int, leg: int, pos: i
         vf[kk, VF_TAIL] = p
     st.pf[p, 0] = t_lf + lat
     # queueing report: the head waited here since it reached this buffer (set-up included)
-    waited = now - st.pf[p, 2]
-    st.wait[ei[e, EI_WCLASS]] += waited
-    st.ewait[e] += waited
+    st.ewait[e] += now - st.pf[p, 2]
     st.pf[p, 2] = now + lat
     if st.ctr[C_NDOM] == 1:
         ev_push(st, ei[e, EI_DCLASS], now + lat, EV_ARRIVE | (p << 3))
@@ -2157,11 +2147,10 @@ def _replay_event(net: Any, st: Any, R: Any, now: float, pay: int) -> None:
 
 @_hot
 def domain_state(st: Any, g: int) -> Any:
-    """Windowed scheduling: domain ``g``'s view of ``st`` (its own counters, arbitration stack
-    and waits; every other array shared, each domain touching only its own rows)."""
-    return State(st.ef, st.ei, st.dstack[g], st.vf, st.vu, st.pi, st.pf, st.dwait[g], st.ewait, st.heap,
-                 st.heapk, st.fq, st.fqk, st.fqs, st.fqh, st.qn, st.dctr[g], st.dctr, st.dstack, st.dwait,
-                 st.ob, st.obk)
+    """Windowed scheduling: domain ``g``'s view of ``st`` (its own counters and arbitration
+    stack; every other array shared, each domain touching only its own rows)."""
+    return State(st.ef, st.ei, st.dstack[g], st.vf, st.vu, st.pi, st.pf, st.ewait, st.heap, st.heapk,
+                 st.fq, st.fqk, st.fqs, st.fqh, st.qn, st.dctr[g], st.dctr, st.dstack, st.ob, st.obk)
 
 
 @_hot
@@ -2266,9 +2255,6 @@ def _gather(st: Any, R: Any, G: int) -> None:
             d[c] = 0
         if d[C_OVERFLOW]:
             st.ctr[C_OVERFLOW] = 1
-        for k in range(st.wait.shape[0]):
-            st.wait[k] += st.dwait[g, k]
-            st.dwait[g, k] = 0.0
         for k in range(R.hist.shape[0]):
             if R.d_hist[g, k] != 0.0:  # untouched bins stay unmapped (65,536 per GPU)
                 R.hist[k] += R.d_hist[g, k]

@@ -89,7 +89,6 @@ class _Stats:
     t_ns: float
     busy: npt.NDArray[np.float64]
     grants: npt.NDArray[np.float64]
-    wait: npt.NDArray[np.float64]
     ewait: npt.NDArray[np.float64]
     hist: npt.NDArray[np.float64]
     stat: npt.NDArray[np.float64]
@@ -98,8 +97,7 @@ class _Stats:
 
 def _stats(st: Any, R: Any, t_ns: float) -> _Stats:
     return _Stats(t_ns, st.ef[:, eng.EF_BUSY].copy(), st.ei[:, eng.EI_PKTS].astype(np.float64),
-                  st.wait.copy(), st.ewait.copy(), R.hist.copy(), R.stat_f.copy(),
-                  float(st.ctr[eng.C_EVENTS]))
+                  st.ewait.copy(), R.hist.copy(), R.stat_f.copy(), float(st.ctr[eng.C_EVENTS]))
 
 
 def _loop(net: Any, st: Any, R: Any) -> tuple[Any, int]:
@@ -196,7 +194,6 @@ def _credit(st: Any, R: Any, nodes: I64, jobs: I64, base: _Stats, cur: _Stats, s
     span's last windows added. Returns the flit-hop events the skipped time would have taken."""
     st.ef[:, eng.EF_BUSY] += (cur.busy - base.busy) * scale
     st.ei[:, eng.EI_PKTS] += np.round((cur.grants - base.grants) * scale).astype(st.ei.dtype)
-    st.wait[:] += (cur.wait - base.wait) * scale
     st.ewait[:] += (cur.ewait - base.ewait) * scale
     R.hist[:] += (cur.hist - base.hist) * scale
     for s in (eng.S_LAT_SUM, eng.S_LAT_W, eng.S_READY_SUM):

@@ -253,6 +253,6 @@ def build_pod_net(spec: TopologySpec, ngpus: int, router: RouterParams | None = 
     tile = ngpus
     net = eng.make_net(np.tile(lat, tile), np.tile(bw, tile), np.tile(cap, tile), np.tile(nvc, tile),
                        np.tile(cdelay, tile), np.tile(fifo, tile), np.tile(setup, tile), seg_ptr, seg_edge,
-                       chip.flit_bytes, np.tile(notify, tile), np.tile(wait_class, tile))
+                       chip.flit_bytes, np.tile(notify, tile))
     return PodNet(ngpus, geo, net, block, cusrc, alusrc, alu, access, up, down, seg_start,
                   np.concatenate(hops).astype(np.int32), edge_class, wait_class, bw, lat, reduce_rate)

@@ -846,14 +846,14 @@ def _result(plan: Plan, spec: TopologySpec, size_bytes: int, psize: int, seed: i
         hops[f"{name}_mean"] = float((h(sel) * w).sum() / w.sum()) if w.sum() > 0 else 0.0
     hops["remote_store_mean"] = hops["remote_store_sender_mean"] + hops["remote_store_receiver_mean"]
     # queueing by where heads waited; a grant moves one packet (one line with 256-byte packets)
-    per_edge = st.ei[:, eng.EI_PKTS].astype(np.int64).reshape(ngpus, block).sum(axis=0)
-    grants = np.bincount(net.wait_class, weights=per_edge, minlength=len(WAIT_CLASSES))
+    grants = np.bincount(net.wait_class, weights=e_grants.sum(axis=0), minlength=len(WAIT_CLASSES))
+    waited = np.bincount(net.wait_class, weights=e_wait.sum(axis=0), minlength=len(WAIT_CLASSES))
     queueing: dict[str, dict[str, float]] = {}
     for c, name in enumerate(WAIT_CLASSES):
         n = int(grants[c])
         if n:
             # rounded: waits of zero come out as sums of +-1e-14 float residues
-            total = round(float(st.wait[c]), 6)
+            total = round(float(waited[c]), 6)
             queueing[name] = {"grants": n, "total": total, "mean": round(total / n, 9)}
     die = net.edge_class == EDGE_CLASSES.index("die_crossing")
     ntr = int(R.rc[eng.R_TR_N])
