@@ -2,10 +2,12 @@
 docs/simulator.md §5, "Head set-ups per line"), and the NAP+NAR-over-UA speedups they give.
 
 ``python benchmarks/bench_line_setups.py [--rules one,series,overlap] [--case NAME ...]
-[--flits] [--set SECTION.KEY=VALUE ...] [--waits] [--ports]`` (about 10 minutes for every case and rule on
-a 2-core machine, one process per case). ``--set`` replays on nuna-4die with a parameter
-changed (an ablation: ``--set router.vc_buffer_flits=32``; it replays the flits too, as the
-stored flit times are nuna-4die's); ``--waits`` prints each replay's mean head wait per wait class
+[--flits] [--set SECTION.KEY=VALUE ...] [--move-cu FROM:TO ...] [--waits] [--ports]`` (about 10
+minutes for every case and rule on a 2-core machine, one process per case). ``--set`` replays on
+nuna-4die with a parameter changed (an ablation: ``--set router.vc_buffer_flits=32``; it replays
+the flits too, as the stored flit times are nuna-4die's); ``--move-cu FROM:TO`` is a placement
+ablation: the threadblocks the configuration puts on CU ``FROM`` run on CU ``TO`` instead, on
+every GPU (the flits replay too); ``--waits`` prints each replay's mean head wait per wait class
 (``queueing_ns`` of ``nuna simulate --json``) and ``--ports`` where its heads waited longest:
 the port link (``SimResult.longest_port_wait``), how many receiving ports made a head wait to
 enter the mesh, and the chip link. Each case is a direct plan placed as the
@@ -23,7 +25,12 @@ import re
 import subprocess
 import sys
 import time
-from typing import Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nuna.plan.ir import Plan
+    from nuna.topology.spec import TopologySpec
 
 MIB = 1 << 20
 # name: (collective, GPUs, size, threadblocks per peer, packet bytes, configuration, flits' us)
@@ -72,7 +79,37 @@ def _topology_text(sets: list[str]) -> str:
     return text
 
 
-def _run(name: str, rule: str, sets: list[str]) -> dict[str, Any]:
+def parse_moves(items: list[str], cus: int) -> dict[int, int]:
+    """``--move-cu`` values (``FROM:TO``, CU indices of a chip with ``cus`` CUs) as a map."""
+    moves: dict[int, int] = {}
+    for item in items:
+        src, sep, dst = item.partition(":")
+        if not (sep and src.isdigit() and dst.isdigit()):
+            raise SystemExit(f"--move-cu {item}: expected FROM:TO, two CU indices")
+        a, b = int(src), int(dst)
+        if a >= cus or b >= cus:
+            raise SystemExit(f"--move-cu {item}: the chip has CUs 0-{cus - 1}")
+        if a in moves:
+            raise SystemExit(f"--move-cu {item}: CU {a} is moved twice")
+        moves[a] = b
+    return moves
+
+
+def move_threadblocks(plan: Plan, spec: TopologySpec, moves: dict[int, int]) -> tuple[Plan, int]:
+    """``plan`` with every threadblock placed on a CU ``a`` of ``moves`` (its own placement, or the
+    baseline's where it has none) placed on ``moves[a]``, on every GPU; and how many moved. The
+    other threadblocks keep their CUs, written out, and the chunks and NAR keep theirs."""
+    from nuna.plan.ir import TbPlacement
+    from nuna.sim.layout import baseline_cus
+
+    cus = baseline_cus(plan, spec)
+    cus.update({(p.gpu, p.tb): p.cu for p in plan.placement.threadblocks})
+    placed = tuple(TbPlacement(g, tb, moves.get(cu, cu)) for (g, tb), cu in sorted(cus.items()))
+    moved = sum(cu in moves for cu in cus.values())
+    return replace(plan, placement=replace(plan.placement, threadblocks=placed)), moved
+
+
+def _run(name: str, rule: str, sets: list[str], moves: dict[int, int]) -> dict[str, Any]:
     """One replay in this process: ``rule`` names a head set-up rule, or ``flits``."""
     from nuna.passes import PassContext, apply_config
     from nuna.plan.generate import generate
@@ -84,6 +121,7 @@ def _run(name: str, rule: str, sets: list[str]) -> dict[str, Any]:
     spec = parse_topology(_topology_text(sets), "nuna-4die" + "".join(f" {s}" for s in sets))
     plan = generate(coll, gpus, algo="direct", tbs_per_peer=tbs)
     plan = apply_config(plan, config, PassContext(spec, size))
+    plan, moved = move_threadblocks(plan, spec, moves) if moves else (plan, 0)
     cpu0 = time.process_time()
     if rule == "flits":
         res = simulate(plan, spec, size, packet_bytes=256)
@@ -97,11 +135,12 @@ def _run(name: str, rule: str, sets: list[str]) -> dict[str, Any]:
             "cpu_s": cpu, "waits_ns": {k: v["mean"] for k, v in res.queueing.items() if v["grants"]},
             "longest_port_wait": res.longest_port_wait(),
             "ports_waited_into_mesh": [int((into_mesh > 0).sum()), int(into_mesh.size)],
-            "longest_link_wait": [link.src, link.dst, link.queueing_ns_mean]}
+            "longest_link_wait": [link.src, link.dst, link.queueing_ns_mean], "moved": moved}
 
 
-def _spawn(name: str, rule: str, sets: list[str]) -> dict[str, Any]:
-    out = subprocess.run([sys.executable, __file__, "--run", name, rule, *(f"--set={s}" for s in sets)],
+def _spawn(name: str, rule: str, sets: list[str], moves: list[str]) -> dict[str, Any]:
+    out = subprocess.run([sys.executable, __file__, "--run", name, rule, *(f"--set={s}" for s in sets),
+                          *(f"--move-cu={m}" for m in moves)],
                          capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise SystemExit(f"{name} {rule}: {(out.stderr.strip().splitlines() or ['failed'])[-1]}")
@@ -132,13 +171,18 @@ def main() -> None:
                         help="replay the flits too, not the stored times (implied by --set)")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="replay on nuna-4die with this parameter changed (repeatable)")
+    parser.add_argument("--move-cu", action="append", default=[], metavar="FROM:TO",
+                        help="run the threadblocks placed on CU FROM on CU TO, every GPU (repeatable)")
     parser.add_argument("--waits", action="store_true", help="print each replay's mean waits per class")
     parser.add_argument("--ports", action="store_true",
                         help="print where each replay's heads waited longest (port link, chip link)")
     parser.add_argument("--run", nargs=2, help=argparse.SUPPRESS)  # internal: one replay, print JSON
     args = parser.parse_args()
+    from nuna.topology.spec import load_topology
+
+    moves = parse_moves(args.move_cu, load_topology("nuna-4die").chip.cus)
     if args.run:
-        print(json.dumps(_run(args.run[0], args.run[1], args.set)))
+        print(json.dumps(_run(args.run[0], args.run[1], args.set, moves)))
         return
     if args.set:  # a bad key or value fails here, before any replay
         from nuna.errors import NunaError
@@ -157,8 +201,8 @@ def main() -> None:
     for name in names:
         notes: list[str] = []
         ports: list[str] = []
-        if args.flits or args.set:  # the stored flit times are nuna-4die's own
-            r = _spawn(name, "flits", args.set)
+        if args.flits or args.set or moves:  # the stored flit times are nuna-4die's own
+            r = _spawn(name, "flits", args.set, args.move_cu)
             flits = r["time_us"]
             notes.append(_waits(name, "flits", r))
             ports.append(_ports(name, "flits", r))
@@ -167,13 +211,15 @@ def main() -> None:
         times[name, "flits"] = flits
         cells, packet = [], 0
         for rule in rules:
-            r = _spawn(name, rule, args.set)
+            r = _spawn(name, rule, args.set, args.move_cu)
             times[name, rule] = r["time_us"]
             packet = r["packet_bytes"]
             cells.append(f"{(r['time_us'] / flits - 1) * 100:+8.2f}%")
             notes.append(_waits(name, rule, r))
             ports.append(_ports(name, rule, r))
         print(f"{name:<22} {packet:>7} {flits:9.2f} " + " ".join(cells), flush=True)
+        if moves:
+            print(f"  moved {name}: {r['moved']} threadblocks ({', '.join(args.move_cu)})", flush=True)
         if args.waits:
             print("\n".join(notes), flush=True)
         if args.ports:
