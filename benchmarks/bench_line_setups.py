@@ -100,10 +100,9 @@ def move_threadblocks(plan: Plan, spec: TopologySpec, moves: dict[int, int]) -> 
     baseline's where it has none) placed on ``moves[a]``, on every GPU; and how many moved. The
     other threadblocks keep their CUs, written out, and the chunks and NAR keep theirs."""
     from nuna.plan.ir import TbPlacement
-    from nuna.sim.layout import baseline_cus
+    from nuna.sim.layout import placed_cus
 
-    cus = baseline_cus(plan, spec)
-    cus.update({(p.gpu, p.tb): p.cu for p in plan.placement.threadblocks})
+    cus = placed_cus(plan, spec)
     placed = tuple(TbPlacement(g, tb, moves.get(cu, cu)) for (g, tb), cu in sorted(cus.items()))
     moved = sum(cu in moves for cu in cus.values())
     return replace(plan, placement=replace(plan.placement, threadblocks=placed)), moved

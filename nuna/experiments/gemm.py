@@ -34,7 +34,7 @@ from nuna.errors import UsageError
 from nuna.plan.dag import flatten
 from nuna.plan.ir import Buffer, ChunkPlacement, Gpu, Plan, Step, StepType, TbPlacement, Threadblock
 from nuna.plan.xml import canonical_placement
-from nuna.sim.layout import baseline_cus, neutral_order
+from nuna.sim.layout import neutral_order, placed_cus
 from nuna.sim.result import SimResult
 from nuna.topology.geometry import chip_geometry
 from nuna.topology.spec import TopologySpec
@@ -105,9 +105,7 @@ def gemm_cus(plan: Plan, spec: TopologySpec, tiles: int) -> tuple[int, ...]:
     die_cus: list[list[int]] = [[] for _ in range(dies)]
     for cu, die in enumerate(geo.cu_die.tolist()):
         die_cus[die].append(cu)
-    base = baseline_cus(plan, spec)
-    placed = {(p.gpu, p.tb): p.cu for p in plan.placement.threadblocks}
-    busy = {placed.get(key, cu) for key, cu in base.items()}
+    busy = set(placed_cus(plan, spec).values())
     free = [[cus[k] for k in neutral_order(len(cus)) if cus[k] not in busy] for cus in die_cus]
     out: list[int] = []
     for i in range(tiles):

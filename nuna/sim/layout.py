@@ -82,14 +82,21 @@ def baseline_cus(plan: Plan, spec: TopologySpec) -> dict[tuple[int, int], int]:
     return out
 
 
+def placed_cus(plan: Plan, spec: TopologySpec) -> dict[tuple[int, int], int]:
+    """The CU every threadblock runs on, keyed by ``(gpu id, tb id)``: the plan's placement where
+    it has one, the baseline elsewhere (unchecked: :func:`threadblock_cus` checks)."""
+    cus = baseline_cus(plan, spec)
+    cus.update({(p.gpu, p.tb): p.cu for p in plan.placement.threadblocks if (p.gpu, p.tb) in cus})
+    return cus
+
+
 def threadblock_cus(plan: Plan, spec: TopologySpec, flat: FlatPlan) -> I64:
-    """CU of every threadblock in replay-DAG order: the plan's placement where it has one, the
-    baseline elsewhere. Raises ``SimulationError`` for a CU the chip does not have."""
-    base = baseline_cus(plan, spec)
-    placed = {(p.gpu, p.tb): p.cu for p in plan.placement.threadblocks}
+    """CU of every threadblock in replay-DAG order (:func:`placed_cus`). Raises
+    ``SimulationError`` for a CU the chip does not have."""
+    placed = placed_cus(plan, spec)
     cus = np.empty(flat.tb_gpu.shape[0], dtype=np.int64)
     for t, (g, tb) in enumerate(zip(flat.tb_gpu.tolist(), flat.tb_id.tolist(), strict=True)):
-        cu = placed.get((g, tb), base[(g, tb)])
+        cu = placed[(g, tb)]
         if not 0 <= cu < spec.chip.cus:
             raise SimulationError(f"gpu {g} tb {tb}: placement names CU {cu}, the chip has {spec.chip.cus}")
         cus[t] = cu
