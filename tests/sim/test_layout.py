@@ -41,6 +41,19 @@ def test_baseline_spreads_over_dies_and_fills_free_cus_first(spec, k: int) -> No
         assert len(set(mine)) == min(len(mine), spec.chip.cus)  # a free CU while any is free
 
 
+
+def test_placed_cus_puts_the_plan_over_the_baseline(spec) -> None:  # type: ignore[no-untyped-def]
+    plan = generate("allgather", 2, tbs_per_peer=2)
+    base = layout.baseline_cus(plan, spec)
+    # one threadblock placed, one placement of a threadblock the plan does not have
+    placed = dataclasses.replace(plan, placement=Placement(threadblocks=(TbPlacement(1, 0, 500),
+                                                                         TbPlacement(0, 99, 7))))
+    got = layout.placed_cus(placed, spec)
+    assert got == {**base, (1, 0): 500}
+    flat = flatten(placed)
+    order = list(zip(flat.tb_gpu.tolist(), flat.tb_id.tolist(), strict=True))
+    assert layout.threadblock_cus(placed, spec, flat).tolist() == [got[key] for key in order]
+
 def _layout(plan, spec, size):  # type: ignore[no-untyped-def]
     flat = flatten(plan)
     return layout.memory_layout(plan, spec, size, flat, build_dag(plan).match_send), flat
