@@ -684,14 +684,13 @@ def _prefetch_edges(net: Any, st: Any, key: int) -> None:
 def _prefetch_vcs(net: Any, st: Any, key: int) -> None:
     """Prefetch the virtual-channel rows an upcoming arrival touches (its edges' rows were
     prefetched earlier): its own in the buffer it lands in and the one the round-robin pointer
-    of its next edge offers, and both edges' credit bytes in use (``State.vu``: one line for a
-    port's channels), which ``_pick_vc`` and ``_channels_with_room`` read first."""
+    of its next edge offers, and that edge's credit bytes in use (``State.vu``: one line for a
+    port's channels), which ``_pick_vc`` reads first."""
     p = _arrival(key)
     if p >= 0:
         k = st.ei[cur_edge(net, st, p), EI_VBASE]
         if k >= 0:
             _prefetch(st.vf, k + st.pi[p, PI_VC])
-            _prefetch(st.vu, k)  # the grant out of this buffer counts its channels' room
         leg, pos, _ = next_pos(net, st, p)
         if leg >= 0:
             e2 = edge_of(net, st, p, leg, pos)
