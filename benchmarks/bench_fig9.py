@@ -3,6 +3,13 @@ threadblock per peer, plus 4 and 16 per peer at 100 KiB and 1 MiB: 648 points): 
 on this machine and where the time goes.
 
 ``python benchmarks/bench_fig9.py [--gpus 2,8] [--sizes 100KiB,1MiB] [--full]``
+``python benchmarks/bench_fig9.py --grid [--jobs 2] [--out DIR]``
+``python benchmarks/bench_fig9.py --from DIR``
+
+``--grid`` is the issue's figure: the main grid (360 points, one threadblock per peer) run as
+``nuna figure fig9 --tbs-per-peer 1 --jobs 2`` runs it, into an empty folder, timed on the wall
+clock, then where the time goes. ``--from`` prints where the time went in a finished (or killed)
+sweep folder, ``DIR/sweeps/fig9-tbsperpeer1`` or any other sweep's.
 
 Runs a stated subset of scripts/sweeps/fig9.toml serially in this process (one point at a time,
 so each point's wall time is its own), prints per-point timings (passes + simulation, jobs,
@@ -17,11 +24,18 @@ state are larger), so it is a lower bound for 32-64 GPUs. ``--full`` measures ev
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
+from nuna.errors import NunaError
+from nuna.experiments.figures import run_figure
 from nuna.experiments.points import simulate_point
 from nuna.experiments.spec import expand
+from nuna.experiments.store import load_results
 from nuna.experiments.sweep import load_sweep_spec
 from nuna.sim import SimOptions
 from nuna.units import format_size, parse_size
@@ -30,12 +44,93 @@ SPEC = Path(__file__).resolve().parents[1] / "scripts" / "sweeps" / "fig9.toml"
 CORES = 2
 
 
+#: the axes a sweep's point time is split by, in the order printed
+AXES = (("size", "size_bytes"), ("pod", "gpus"), ("collective", "collective"), ("configuration", "config"))
+
+
+def _label(axis: str, value: Any) -> str:
+    if axis == "size_bytes":
+        return format_size(int(value))
+    if axis == "gpus":
+        return f"{value} GPUs"
+    return str(value)
+
+
+def time_breakdown(records: Sequence[Mapping[str, Any]], top: int = 5) -> dict[str, Any]:
+    """Where a sweep's time went, from its result records (:func:`nuna.experiments.store.
+    load_results`): the points' wall time (``timing.point_wall_s``) in all and the part in
+    ``simulate`` (``timing.wall_s``), the point time summed per value of each axis of
+    :data:`AXES` (in the axis's natural order), and the ``top`` costliest points."""
+    total = sim = 0.0
+    by: dict[str, dict[Any, float]] = {key: defaultdict(float) for _, key in AXES}
+    points: list[tuple[float, str]] = []
+    for r in records:
+        t = float(r["timing"]["point_wall_s"])
+        total += t
+        sim += float(r["timing"].get("wall_s", 0.0))
+        p = r["point"]
+        for _, key in AXES:
+            by[key][p[key]] += t
+        label = (f"{p['collective']} {p['gpus']} GPUs {format_size(int(p['size_bytes']))} {p['config']} "
+                 f"K={p['tbs_per_peer']}")
+        points.append((t, label))
+    points.sort(key=lambda tl: (-tl[0], tl[1]))
+    return {"points": len(records), "point_s": total, "simulate_s": sim,
+            "by": {name: [(_label(key, v), by[key][v]) for v in sorted(by[key])] for name, key in AXES},
+            "costliest": points[:top]}
+
+
+def print_breakdown(b: Mapping[str, Any]) -> None:
+    total = b["point_s"]
+    print(f"{b['points']} points, point time {total:.0f} s (simulate {b['simulate_s']:.0f} s, "
+          f"{100 * b['simulate_s'] / max(total, 1e-9):.0f} %)")
+    for name, rows in b["by"].items():
+        cells = ", ".join(f"{label} {t:.0f} s ({100 * t / max(total, 1e-9):.0f} %)" for label, t in rows)
+        print(f"  by {name}: {cells}")
+    for t, label in b["costliest"]:
+        print(f"  costliest: {t:7.1f} s  {label}")
+
+
+def run_grid(out: Path, jobs: int) -> None:
+    """The main grid as ``nuna figure fig9 --tbs-per-peer 1 --jobs JOBS -o OUT`` runs it."""
+    if out.exists() and any(out.iterdir()):
+        raise SystemExit(f"bench_fig9: --out {out} is not empty: finished points would be reused, not timed")
+    t0 = time.perf_counter()
+    fig = run_figure("fig9", out, jobs=jobs, only={"tbs_per_peer": ["1"]})
+    wall = time.perf_counter() - t0
+    records = load_results(fig.sweep_dir)
+    failed = len(fig.summary.failed)
+    print(f"fig9 main grid on {jobs} workers: {wall / 60:.1f} min wall ({wall:.0f} s; budget 30 min), "
+          f"{len(records)} of {fig.summary.total} points finished" + (f", {failed} FAILED" if failed else ""))
+    print_breakdown(time_breakdown(records))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpus", default="2,8")
     parser.add_argument("--sizes", default="100KiB,1MiB")
     parser.add_argument("--full", action="store_true")
+    parser.add_argument("--grid", action="store_true", help="run the main grid on --jobs workers, timed")
+    parser.add_argument("--jobs", type=int, default=CORES)
+    parser.add_argument("--out", type=Path, default=None,
+                        help="--grid's output folder (default: a temporary one)")
+    parser.add_argument("--from", dest="from_dir", type=Path, default=None,
+                        help="print where a finished sweep folder's time went")
     args = parser.parse_args()
+    if args.from_dir is not None:
+        try:
+            records = load_results(args.from_dir)
+        except NunaError as err:
+            raise SystemExit(f"bench_fig9: {err}") from None
+        print_breakdown(time_breakdown(records))
+        return
+    if args.grid:
+        if args.out is not None:
+            run_grid(args.out, args.jobs)
+        else:
+            with tempfile.TemporaryDirectory(prefix="bench-fig9-") as tmp:
+                run_grid(Path(tmp), args.jobs)
+        return
     spec = load_sweep_spec(SPEC)
     points = [p.as_dict() for p in expand(spec)]
     gpus = {int(g) for g in args.gpus.split(",")}
