@@ -17,7 +17,10 @@ placement):
   ``+one`` / ``+series``: with the other head set-up rules, ``SimOptions.line_setups``, against
   the default ``overlap``);
   ``--large`` adds the largest case measured against flits: 64 GPUs, 100 MiB, one threadblock
-  per peer, under UA and NAP+NAR (about half an hour: the flits take 1.6-1.7 G events each).
+  per peer, under UA and NAP+NAR (about half an hour: the flits take 1.6-1.7 G events each);
+- ``--spread`` runs only the first error case (2 GPUs, 16 threadblocks per peer) at six sizes from
+  480 MB to 540 MB and prints ``auto``'s error at each and its range: the flits' hot spot at an
+  I/O port forms to a different degree at each size, so the error at one size is one sample.
 
 Wall time is what a user waits; CPU time is shown too because the machine may be shared, and
 events per CPU second (the engine's efficiency) beside events per wall second (what a user gets
@@ -103,11 +106,39 @@ def _row(r: dict[str, Any], target: float | None = None) -> str:
             f"{r['time_ns'] / 1000:10.2f} {r['busbw_gbps']:7.1f}  {goal}")
 
 
+#: sizes around the error sweep's first case (2 GPUs, 16 threadblocks per peer, 512 MB), at which
+#: the flits' hot spot at port 0 forms to different degrees (docs/simulator.md §5, "other sizes")
+SPREAD_SIZES = (480_000_000, 500_000_000, 512_000_000, 520_000_000, 512 << 20, 540_000_000)
+
+
+def error_spread(errors_pct: list[float]) -> tuple[float, float, float]:
+    """(lowest, highest, mean) of ``auto``'s errors over :data:`SPREAD_SIZES`, in percent."""
+    return min(errors_pct), max(errors_pct), sum(errors_pct) / len(errors_pct)
+
+
+def _spread() -> None:
+    print("auto against 256-byte flits over sizes: 2 GPUs, 16 tbs/peer")
+    print(f"{'size B':>12} {'flits us':>10} {'auto us':>10} {'packet':>7} {'error':>8}")
+    _spawn(["--case", "warmup:2:65536:1:256"])
+    errors = []
+    for size in SPREAD_SIZES:
+        ref = _spawn(["--case", f"spread:2:{size}:16:256"])
+        r = _spawn(["--case", f"spread:2:{size}:16:auto"])
+        err = (r["time_ns"] - ref["time_ns"]) / ref["time_ns"] * 100
+        errors.append(err)
+        print(f"{size:>12} {ref['time_ns'] / 1000:10.2f} {r['time_ns'] / 1000:10.2f} {r['packet_bytes']:7d} "
+              f"{err:+7.2f}%")
+    low, high, mean = error_spread(errors)
+    print(f"auto's error from {low:+.2f}% to {high:+.2f}%, mean {mean:+.2f}% (target: within 2%)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="skip the 1 GB case and the error sweep")
     parser.add_argument("--large", action="store_true",
                         help="also measure auto against flits at 64 GPUs, 100 MiB (about 30 min)")
+    parser.add_argument("--spread", action="store_true",
+                        help="only auto's error on the 2-GPU case at six sizes around 512 MB (about 4 min)")
     parser.add_argument("--case", help=argparse.SUPPRESS)  # internal: run one case, print JSON
     args = parser.parse_args()
     if args.case:
@@ -121,6 +152,9 @@ def main() -> None:
             print(json.dumps(_case(name, int(gpus), int(size), int(tbs), packet, windowed, config,
                                    "ff" in flags, threads,
                                    next((f for f in flags if f in ("one", "series")), "overlap"))))
+        return
+    if args.spread:
+        _spread()
         return
 
     with tempfile.TemporaryDirectory() as cache:
