@@ -1,16 +1,34 @@
-"""``benchmarks/bench_sim.py --spread``'s summary of ``auto``'s error over sizes. The replays
-take minutes and are left to the benchmark's users."""
+"""``benchmarks/bench_sim.py --spread``: ``auto``'s error against the flits at each size and its
+range, with the replays stubbed (they take minutes and are left to the benchmark's users)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 
 from tests.conftest import benchmark_module
 
 
-def test_error_spread_is_lowest_highest_and_mean() -> None:
+def test_spread_reports_each_sizes_error_and_the_range(capsys: pytest.CaptureFixture[str]) -> None:
     bench = benchmark_module("bench_sim")
-    low, high, mean = bench.error_spread([-8.21, -3.61, -4.41, -10.85])
-    assert (low, high) == (-10.85, -3.61)
-    assert mean == pytest.approx(-6.77)
+    sizes = bench.SPREAD_SIZES
+    flits = {size: 1000.0 + i for i, size in enumerate(sizes)}
+    errors = {size: -2.0 * (i + 1) for i, size in enumerate(sizes)}  # percent
 
+    def fake_spawn(args: list[str]) -> dict[str, Any]:
+        _, _, size, _, packet = args[1].split(":")
+        t = flits.get(int(size), 1.0)
+        if packet == "auto":
+            t *= 1 + errors[int(size)] / 100
+        return {"time_ns": t, "packet_bytes": 512 if packet == "auto" else 256}
+
+    bench._spawn = fake_spawn
+    bench._spread()
+    out = capsys.readouterr().out.splitlines()
+    rows = [line.split() for line in out if line.split() and line.split()[0].isdigit()]
+    assert [int(r[0]) for r in rows] == list(sizes)
+    assert [float(r[4].rstrip("%")) for r in rows] == pytest.approx([errors[s] for s in sizes])
+    mean = sum(errors.values()) / len(errors)
+    assert out[-1].startswith(f"auto's error from {min(errors.values()):+.2f}% to "
+                              f"{max(errors.values()):+.2f}%, mean {mean:+.2f}%")
