@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from nuna.errors import NunaError
+from nuna.experiments.executors import POINT_WALL_KEY, TIMING_KEY
 from nuna.experiments.figures import run_figure
 from nuna.experiments.points import simulate_point
 from nuna.experiments.spec import expand
@@ -56,24 +57,27 @@ def _label(axis: str, value: Any) -> str:
     return str(value)
 
 
+def _point_label(p: Mapping[str, Any]) -> str:
+    return (f"{p['collective']} {p['gpus']} GPUs {format_size(int(p['size_bytes']))} {p['config']} "
+            f"K={p['tbs_per_peer']}")
+
+
 def time_breakdown(records: Sequence[Mapping[str, Any]], top: int = 5) -> dict[str, Any]:
     """Where a sweep's time went, from its result records (:func:`nuna.experiments.store.
-    load_results`): the points' wall time (``timing.point_wall_s``) in all and the part in
+    load_results`): the points' wall time (the runner's ``timing.point_wall_s``) in all and the part in
     ``simulate`` (``timing.wall_s``), the point time summed per value of each axis of
     :data:`AXES` (in the axis's natural order), and the ``top`` costliest points."""
     total = sim = 0.0
     by: dict[str, dict[Any, float]] = {key: defaultdict(float) for _, key in AXES}
     points: list[tuple[float, str]] = []
     for r in records:
-        t = float(r["timing"]["point_wall_s"])
+        t = float(r[TIMING_KEY][POINT_WALL_KEY])
         total += t
-        sim += float(r["timing"].get("wall_s", 0.0))
+        sim += float(r[TIMING_KEY].get("wall_s", 0.0))
         p = r["point"]
         for _, key in AXES:
             by[key][p[key]] += t
-        label = (f"{p['collective']} {p['gpus']} GPUs {format_size(int(p['size_bytes']))} {p['config']} "
-                 f"K={p['tbs_per_peer']}")
-        points.append((t, label))
+        points.append((t, _point_label(p)))
     points.sort(key=lambda tl: (-tl[0], tl[1]))
     return {"points": len(records), "point_s": total, "simulate_s": sim,
             "by": {name: [(_label(key, v), by[key][v]) for v in sorted(by[key])] for name, key in AXES},
@@ -170,7 +174,7 @@ def main() -> None:
             jobs = min(cap, rj * (key[1] * key[2]) / (rk[1] * rk[2]))
             t = rw / max(rj, 1) * jobs
         estimate += t
-        heaviest.append((t, f"{key[0]} {key[1]} GPUs {format_size(key[2])} {key[3]} K={key[4]}"))
+        heaviest.append((t, _point_label(p)))
     print(f"measured subset: {total_measured:.1f} s serial = {total_measured / CORES:.1f} s on {CORES} cores")
     print(f"full grid estimate: {estimate:.0f} s serial = {estimate / CORES / 60:.1f} min on {CORES} cores "
           f"(budget 30 min)")
