@@ -106,7 +106,7 @@ def simulate(
                                                 "are coarse: 1KiB is closer, and slower.",
                                                 show_default=False),
     fast_forward: bool = typer.Option(False, "--fast-forward", help="Skip the middle of steady states "
-                                      "and replay their ends (sampled simulation: -2.4% to +1.8% against "
+                                      "and replay their ends (sampled simulation: -4.2% to +7.3% against "
                                       "the full replay where measured, docs/simulator.md section 7; "
                                       "not with --trace)."),
     line_setups: LineSetups | None = typer.Option(None, "--line-setups", help=LINE_SETUPS_HELP,
