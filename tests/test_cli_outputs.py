@@ -1,8 +1,14 @@
 """Every command that writes a file checks it can before its work: an unwritable output is a
-one-line error (exit 1) with nothing computed or printed, not a lost result after a long run."""
+one-line error (exit 1) with nothing computed or printed, not a lost result after a long run.
+And a result is written before its summary is printed, so a pipe closed early (``| head``)
+does not lose it either."""
 
 from __future__ import annotations
 
+import errno
+import io
+import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -56,3 +62,44 @@ def test_demo_into_a_file_fails_before_the_work(run_cli, tmp_path: Path) -> None
     assert res.out == ""
     assert res.err == f"nuna: error: {target}: not a folder\n"
     assert target.read_text() == "keep"
+
+
+class _ClosedPipe(io.TextIOBase):
+    """Standard output after the reader of a pipe has gone (``nuna ... | head -1`` once head
+    has its line): every write fails with EPIPE."""
+
+    def write(self, s: str) -> int:
+        raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+
+
+@pytest.mark.parametrize("cmd", [
+    ("simulate", "{plan}", "--size", "64KiB", "--json", "{out}"),
+    ("simulate", "{plan}", "--size", "64KiB", "--bounds-only", "--json", "{out}"),
+    ("noc", "--rate", "0.1", "--cycles", "200", "--json", "{out}"),
+    ("diff", "{plan}", "--size", "64KiB", "--configs", "UA,NAP+NAR", "--json", "{out}"),
+])
+def test_a_closed_pipe_does_not_lose_the_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                              cmd: tuple[str, ...]) -> None:
+    from nuna.cli import run
+
+    plan = tmp_path / "ag2.xml"
+    save(generate("allgather", 2), plan)
+    out = tmp_path / "result.json"
+    monkeypatch.setattr(sys, "stdout", _ClosedPipe())
+    with pytest.raises(SystemExit) as exit_info:  # click's quiet exit on EPIPE
+        run([a.format(plan=plan, out=out) for a in cmd])
+    assert exit_info.value.code == 1
+    assert isinstance(json.loads(out.read_text()), dict)
+
+
+def test_a_closed_pipe_does_not_lose_the_demo(run_cli, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from nuna.cli import run
+
+    assert run_cli("demo", "-o", tmp_path / "open", "--tbs-per-peer", "1").code == 0
+    monkeypatch.setattr(sys, "stdout", _ClosedPipe())
+    with pytest.raises(SystemExit):
+        run(["demo", "-o", str(tmp_path / "closed"), "--tbs-per-peer", "1"])
+    written = {p.name: p.read_bytes() for p in (tmp_path / "open").iterdir()}
+    assert written
+    assert {p.name: p.read_bytes() for p in (tmp_path / "closed").iterdir()} == written

@@ -100,9 +100,9 @@ def register(app: typer.Typer) -> None:
         size_bytes = _size(size)
         assert size_bytes is not None
         comparison = compare(plan, spec, size_bytes, names, parse_granularity(nar_granularity), seed=seed)
-        typer.echo(format_comparison(comparison))
-        if json_path is not None:
+        if json_path is not None:  # before printing: a closed pipe must not cost the result
             write_json(json_path, comparison.to_json())
+        typer.echo(format_comparison(comparison))
 
     @app.command("demo")
     def demo_cmd(
@@ -118,9 +118,10 @@ def register(app: typer.Typer) -> None:
         make_folder(output)  # before the run, not after it
         spec = load_topology(topology)
         result = run_demo(spec, tbs_per_peer=tbs_per_peer)
+        for name, data in result.files:  # before printing: a closed pipe must not cost them
+            write_atomic(output / name, data)
         for search in result.searches:
             typer.echo(format_search(search))
             typer.echo("")
-        for name, data in result.files:
-            write_atomic(output / name, data)
+        for name, _ in result.files:
             typer.echo(f"wrote {output / name}")

@@ -52,13 +52,13 @@ def noc(
     width, height = _mesh(mesh)
     check_outputs(json_file)
     res = run_noc(width, height, traffic, rate, packet_flits, cycles=cycles, seed=seed, router=router)
+    if json_file is not None:  # before printing: a closed pipe must not cost the result
+        write_json(json_file, res.to_json())
     typer.echo(f"mesh {width}x{height} {traffic} L={packet_flits} router={router} "
                f"offered {res.offered_flit_rate:.4f} accepted {res.accepted_flit_rate:.4f} flits/node/cycle, "
                f"packet latency avg {_stat(res.packet_latency_avg, 2)} "
                f"max {_stat(res.packet_latency_max, 0)} cycles, "
                f"hops {_stat(res.hops_avg, 2)}{', SATURATED' if res.saturated else ''}")
-    if json_file is not None:
-        write_json(json_file, res.to_json())
 
 
 def _size(text: str) -> int:
@@ -152,15 +152,21 @@ def simulate(
             raise UsageError("--bounds-only replays nothing, so it has no --trace")
         lower, floor = placement_bounds(plan, spec, size_bytes, packet_bytes=packets,  # type: ignore[arg-type]
                                         options=options)
-        typer.echo(f"# {plan.name}: {plan.collective.value}, {plan.ngpus} GPUs, {spec.name}, "
-                   f"{format_size(size_bytes)}: lower bound {lower:.1f} ns, placement floor {floor:.1f} ns "
-                   f"(no replay)")
         if json_file is not None:
             write_json(json_file, {"plan": plan.name, "topology": spec.name, "size_bytes": size_bytes,
                                    "lower_bound_ns": lower, "placement_floor_ns": floor})
+        typer.echo(f"# {plan.name}: {plan.collective.value}, {plan.ngpus} GPUs, {spec.name}, "
+                   f"{format_size(size_bytes)}: lower bound {lower:.1f} ns, placement floor {floor:.1f} ns "
+                   f"(no replay)")
         return
     res = run(plan, spec, size_bytes, packet_bytes=packets, seed=seed,  # type: ignore[arg-type]
               trace=trace_file is not None, options=options)
+    # the files first: the summary goes to a pipe that may close early (| head), and a closed
+    # pipe must not cost the user a replay's result
+    if json_file is not None:
+        write_json(json_file, res.to_json())
+    if trace_file is not None:
+        write_json(trace_file, chrome_trace(plan, res))
     lat = res.remote_store_latency
     typer.echo(f"# {plan.name}: {plan.collective.value}, {plan.ngpus} GPUs, {spec.name}, "
                f"packets of {res.packet_bytes} B")
@@ -187,10 +193,6 @@ def simulate(
     for note in (res.size_fit.note(), coarse_packet_note(res.packet_bytes)):
         if note is not None:
             typer.echo(f"# note: {note}")
-    if json_file is not None:
-        write_json(json_file, res.to_json())
-    if trace_file is not None:
-        write_json(trace_file, chrome_trace(plan, res))
 
 
 def register(app: typer.Typer) -> None:
