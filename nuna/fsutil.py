@@ -4,6 +4,7 @@ clobbers the user's previous file), and telling a file argument from a registere
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -17,18 +18,40 @@ def _current_umask() -> int:
     return mask
 
 
+def _special(target: Path) -> bool:
+    """True when ``target`` (after symlinks) exists and is not a regular file: a device such as
+    /dev/null or /dev/stdout, or a named pipe. Those are written through, not replaced: a rename
+    over them would turn the device or pipe into a plain file."""
+    try:
+        mode = os.stat(target).st_mode
+    except OSError:
+        return False
+    return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
+
+
+def _real(target: Path) -> Path:
+    """The file a write to ``target`` must replace: the end of its symlinks, so that a link
+    keeps pointing where it did and the file it names gets the new content."""
+    return Path(os.path.realpath(target)) if target.is_symlink() else target
+
+
 def check_writable(path: str | os.PathLike[str]) -> None:
     """Raise ``InputError`` now if :func:`write_atomic` could not write ``path``: its folder is
     missing or not writable, or ``path`` is a folder. Commands call it on their output files
     before the work, so that an hour's replay does not end in an output it cannot write."""
-    target = Path(path)
+    given = Path(path)
+    if _special(given):
+        if not os.access(given, os.W_OK):
+            raise InputError(f"{given}: cannot write: permission denied")
+        return
+    target = _real(given)
     folder = target.parent if str(target.parent) else Path(".")
     if not folder.is_dir():
-        raise InputError(f"{target}: folder {folder} does not exist")
+        raise InputError(f"{given}: folder {folder} does not exist")
     if target.is_dir():
-        raise InputError(f"{target}: cannot write: it is a folder")
+        raise InputError(f"{given}: cannot write: it is a folder")
     if not os.access(folder, os.W_OK | os.X_OK):
-        raise InputError(f"{target}: cannot write in {folder}: permission denied")
+        raise InputError(f"{given}: cannot write in {folder}: permission denied")
 
 
 def make_folder(path: str | os.PathLike[str], what: str = "folder") -> None:
@@ -45,26 +68,41 @@ def make_folder(path: str | os.PathLike[str], what: str = "folder") -> None:
 
 
 def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file in the same folder and ``os.replace``."""
-    target = Path(path)
-    folder = target.parent if str(target.parent) else Path(".")
-    check_writable(target)
+    """Write ``data`` to ``path`` via a temporary file in the same folder and ``os.replace``.
+
+    A symlink is followed (the file it names is replaced, the link stays); an existing file keeps
+    its permission bits, a new one gets those of a plain ``open()``; a device or named pipe is
+    written through, as a shell redirection would (nothing there to keep whole)."""
+    given = Path(path)
+    check_writable(given)
     payload = data.encode("utf-8") if isinstance(data, str) else data
+    if _special(given):
+        try:
+            with open(given, "wb") as handle:
+                handle.write(payload)
+        except OSError as err:
+            raise InputError(f"{given}: cannot write: {err.strerror or err}") from err
+        return
+    target = _real(given)
+    folder = target.parent if str(target.parent) else Path(".")
+    try:
+        mode = stat.S_IMODE(target.stat().st_mode)
+    except FileNotFoundError:
+        mode = 0o666 & ~_current_umask()
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
     except OSError as err:  # name the user's file, not the temporary one
-        raise InputError(f"{target}: cannot write in {folder}: {err.strerror or err}") from err
+        raise InputError(f"{given}: cannot write in {folder}: {err.strerror or err}") from err
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(payload)
             handle.flush()
             os.fsync(handle.fileno())
-        # mkstemp creates 0600; give the file the mode a plain open() would have
-        os.chmod(tmp, 0o666 & ~_current_umask())
+        os.chmod(tmp, mode)  # mkstemp creates 0600
         os.replace(tmp, target)
     except OSError as err:
         Path(tmp).unlink(missing_ok=True)
-        raise InputError(f"{target}: cannot write: {err.strerror or err}") from err
+        raise InputError(f"{given}: cannot write: {err.strerror or err}") from err
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -84,3 +84,39 @@ def test_make_folder_creates_parents_and_refuses_a_file_in_its_way(tmp_path: Pat
     with pytest.raises(InputError, match=r"cannot create the sweep folder"):
         make_folder(tmp_path / "f" / "sub", "sweep folder")
     assert (tmp_path / "f").read_text() == "keep"
+
+
+def test_a_symlink_is_followed_not_replaced(tmp_path: Path) -> None:
+    real = tmp_path / "real.json"
+    real.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    write_atomic(link, "new")
+    assert link.is_symlink()
+    assert real.read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.json", "real.json"]
+
+
+def test_an_existing_file_keeps_its_permissions(tmp_path: Path) -> None:
+    target = tmp_path / "private.json"
+    target.write_text("old")
+    target.chmod(0o600)
+    write_atomic(target, "new")
+    assert target.read_text() == "new"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+
+
+def test_a_named_pipe_is_written_through_not_replaced(tmp_path: Path) -> None:
+    import threading
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    check_writable(fifo)
+    write_atomic(fifo, "through")
+    reader.join(timeout=10)
+    assert got == [b"through"]
+    assert stat.S_ISFIFO(fifo.stat().st_mode)
+    assert [p.name for p in tmp_path.iterdir()] == ["pipe"]
