@@ -438,6 +438,9 @@ def _prepare(plan: Plan, topology_spec: TopologySpec, size_bytes: int, packet_by
         raise UsageError(f"the largest packet 'auto' may pick must be a power-of-two multiple of the "
                          f"{line}-byte flit, got {opts.max_packet_bytes} B")
     ngpus = plan.ngpus
+    if ngpus != len(plan.gpus):  # first: a huge ngpus must not be expanded into a list
+        raise SimulationError(f"plan {plan.name}: ngpus={ngpus} but the plan has {len(plan.gpus)} "
+                              "<gpu> elements")
     if sorted(g.id for g in plan.gpus) != list(range(ngpus)):
         raise SimulationError(f"plan {plan.name}: GPU ids must be 0..{ngpus - 1}")
     flat = flatten(plan)

@@ -108,6 +108,19 @@ def test_simulate_reports_deadlock(run_cli, tmp_path: Path) -> None:
     assert res.err.count("\n") == 1
 
 
+@pytest.mark.parametrize("extra", [(), ("--bounds-only",)])
+def test_simulate_checks_ngpus_against_the_gpus_before_using_it(run_cli, plan_file: Path, tmp_path: Path,
+                                                                extra: tuple[str, ...]) -> None:
+    # a plan claiming a million GPUs over its four <gpu> elements: named as such at once (a
+    # claim of 2**31 used to be expanded into a list of GPU ids and exhaust the memory)
+    path = tmp_path / "big.xml"
+    path.write_text(plan_file.read_text().replace('ngpus="4"', 'ngpus="1000000"', 1))
+    res = run_cli("simulate", path, "--size", "64KiB", *extra)
+    assert res.code == 1
+    assert res.err.count("\n") == 1
+    assert "ngpus=1000000 but the plan has 4 <gpu> elements" in res.err
+
+
 def test_simulate_missing_plan(run_cli, tmp_path: Path) -> None:
     res = run_cli("simulate", tmp_path / "nope.xml", "--size", "1MB")
     assert res.code == 1
