@@ -249,6 +249,11 @@ def simulate_packets(mesh: MeshNet, birth: np.ndarray, src: np.ndarray, dst: np.
     return deliver, int(st.ctr[eng.C_EVENTS])
 
 
+#: the most node-cycles of injection :func:`run_noc` draws (two per node-cycle, 8 bytes each:
+#: about 1.6 GB at the bound; BookSim's runs are 10**4-10**5 cycles on 64 routers)
+MAX_NODE_CYCLES = 100_000_000
+
+
 def run_noc(width: int, height: int, traffic: str, rate: float, packet_flits: int, *, cycles: int = 10_000,
             seed: int = 1, router: str = "iq", params: RouterParams | None = None,
             mesh: MeshNet | None = None) -> NocResult:
@@ -263,6 +268,14 @@ def run_noc(width: int, height: int, traffic: str, rate: float, packet_flits: in
         raise UsageError(f"--packet-flits must be at least 1, got {packet_flits}")
     if cycles < 100:
         raise UsageError(f"--cycles must be at least 100, got {cycles}")
+    if cycles * width * height > MAX_NODE_CYCLES:
+        # the sources draw one number per node and cycle over twice the run: bound the memory
+        raise UsageError(f"--cycles x mesh nodes must be at most {MAX_NODE_CYCLES:,}, got "
+                         f"{cycles:,} x {width * height}")
+    if packet_flits > cycles:
+        raise UsageError(f"--packet-flits must be at most --cycles ({cycles}), got {packet_flits}")
+    if seed < 0:
+        raise UsageError(f"--seed must be non-negative, got {seed}")
     started = time.perf_counter()
     mesh = mesh if mesh is not None else build_mesh(width, height, router, params)
     n = width * height

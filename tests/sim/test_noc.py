@@ -131,6 +131,9 @@ def test_edges_traffic_targets_short_edges() -> None:
     ({"rate": 1.5}, "rate"),
     ({"packet_flits": 0}, "packet-flits"),
     ({"cycles": 10}, "cycles"),
+    ({"cycles": 10**20}, "cycles x mesh nodes"),  # would draw 10**20 x 16 numbers
+    ({"packet_flits": 10**20}, "packet-flits"),  # beyond a C long
+    ({"seed": -1}, "seed"),
 ])
 def test_bad_options_raise_usage_error(kwargs: dict[str, object], match: str) -> None:
     args: dict[str, object] = {"traffic": "uniform", "rate": 0.1, "packet_flits": 1, "cycles": 1000}
@@ -161,6 +164,9 @@ def test_cli_noc_writes_json(run_cli, tmp_path) -> None:
     (("--mesh", "8by8", "--rate", "0.1"), 2),
     (("--rate", "0.1", "--traffic", "nope"), 1),
     (("--rate", "2"), 1),
+    (("--rate", "0.1", "--seed", "-1"), 1),
+    (("--rate", "0.1", "--cycles", "99999999999999999999"), 1),
+    (("--rate", "0.1", "--packet-flits", "99999999999999999999"), 1),
 ])
 def test_cli_noc_errors(run_cli, args: tuple[str, ...], code: int) -> None:
     res = run_cli("noc", *args)
