@@ -106,10 +106,12 @@ def _layout(plan: Plan, inplace: bool) -> tuple[_Layout | None, str | None]:
     if coll not in _MODELLED:
         return _Layout(coll, inplace, n, 0, -1, -1, -1, 0), None
     per_rank = coll is not Collective.ALLREDUCE
-    if per_rank and plan.nchunksperloop % n:
+    if per_rank and n > 0 and plan.nchunksperloop % n:
         return None, (f"{coll.value}: nchunksperloop {plan.nchunksperloop} is not a multiple of "
                       f"ngpus {n}, so chunks cannot be split into rank slices")
-    C = plan.nchunksperloop // n if per_rank else plan.nchunksperloop
+    # no ranks, no result chunks: the postcondition holds vacuously, as for allreduce (the
+    # structural check, not this one, rejects ngpus < 1)
+    C = (plan.nchunksperloop // n if n > 0 else 0) if per_rank else plan.nchunksperloop
     if coll is Collective.ALLGATHER:
         return _Layout(coll, inplace, n, C, C, _IN if inplace else -1, _OUT, C), None
     if coll is Collective.ALLREDUCE:
@@ -303,10 +305,12 @@ def _find_races(order: _Order, nodes: _Nodes, events: _Accesses,
     """Data races among the logged accesses (in execution order): per chunk, every write must
     be ordered after the previous write or after all reads since it, and every read after the
     last write. Chunks touched by one threadblock only, or never written, are skipped in bulk."""
-    if not events.node:
-        return []
     cnt = np.asarray(events.count, dtype=np.int64)
     total = int(cnt.sum())
+    if total == 0:
+        # cnt=0 steps log accesses of no chunk; the grouping below needs at least one
+        # (``reduceat`` rejects an empty array)
+        return []
     first = np.cumsum(cnt) - cnt
     key = (np.repeat(np.asarray(events.key, dtype=np.int64), cnt)
            + (np.arange(total, dtype=np.int64) - np.repeat(first, cnt)) * stride)

@@ -90,6 +90,20 @@ def test_validate_strict_turns_warnings_into_errors(run_cli, old_header: Path) -
     assert "outofplace, minBytes, maxBytes absent" in res.err
 
 
+@needs_semantics
+def test_validate_a_plan_whose_steps_move_no_chunks(run_cli, tmp_path: Path) -> None:
+    # fuzzing found cnt=0 on every step crashing the race check (exit 3); it is a wrong result
+    path = tmp_path / "cnt0.xml"
+    path.write_text(FIG7.read_text().replace('cnt="1"', 'cnt="0"'))
+    assert 'cnt="1"' not in path.read_text()
+    res = run_cli("validate", str(path))
+    assert res.code == 1
+    assert res.out.startswith(f"{path}: invalid (1 error, 1 warning)")
+    assert "cnt=0 on a 's' step moves no data" in res.out
+    assert res.err.startswith(f"nuna: error: {path}: wrong result: gpu 0 output chunk ")
+    assert res.err.count("\n") == 1
+
+
 def test_validate_needs_a_plan(run_cli) -> None:
     res = run_cli("validate")
     assert res.code == 2

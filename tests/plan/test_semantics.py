@@ -499,3 +499,44 @@ def test_mutated_offsets_are_caught_or_harmless(req: tuple[Plan, str], data: st.
         return  # caught (a wrong result, a race, or reliance on a zeroed buffer)
     # not flagged: then it really still computes the collective (e.g. a descriptive field)
     assert run_oracle(mutated, inplace=plan.inplace, seed=5, zero_fill=False).correct
+
+
+# --------------------------------------------------------------------------------------------
+# Degenerate inputs (fuzzing audit): steps that access no chunk, plans without GPUs
+
+
+def _zero_counts(plan: Plan) -> Plan:
+    return dataclasses.replace(plan, gpus=tuple(dataclasses.replace(g, threadblocks=tuple(
+        dataclasses.replace(tb, steps=tuple(dataclasses.replace(s, count=0) for s in tb.steps))
+        for tb in g.threadblocks)) for g in plan.gpus))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(requests())
+def test_plan_whose_steps_move_no_chunks_is_a_wrong_result(req: tuple[Plan, str]) -> None:
+    plan = _zero_counts(req[0])
+    res = semantics(plan)
+    # no step touches a chunk, so nothing can race; with >= 2 gpus every collective needs data
+    # from a peer, so the untouched buffers are wrong
+    assert res.warnings == ()
+    assert len(res.errors) == 1
+    assert res.errors[0].startswith("wrong result: gpu 0 ")
+    assert not run_oracle(plan, inplace=plan.inplace, seed=3, zero_fill=False).correct
+
+
+def test_step_moving_no_chunks_can_be_right() -> None:
+    # one-gpu in-place allgather: the input already is the output, the cnt=0 copy is harmless
+    cpy = _step(0, StepType.COPY, I0, (Buffer.OUTPUT, 0), cnt=0)
+    plan = Plan(name="t", protocol=Protocol.SIMPLE, nchannels=1, nchunksperloop=1, ngpus=1,
+                collective=Collective.ALLGATHER, inplace=True, outofplace=False, min_bytes=0, max_bytes=0,
+                gpus=(Gpu(0, 0, 1, 0, (Threadblock(0, None, None, 0, (cpy,)),)),))
+    assert semantics(plan) == SemanticsResult((), (), ())
+    assert run_oracle(plan, inplace=True, seed=0, zero_fill=False).correct
+
+
+@pytest.mark.parametrize("coll", [Collective.ALLGATHER, Collective.REDUCESCATTER, Collective.ALLTOALL])
+def test_plan_without_gpus_is_vacuously_right(coll: Collective) -> None:
+    # ngpus=0 is the structural check's to reject; the semantic check must not divide by it
+    plan = Plan(name="t", protocol=Protocol.SIMPLE, nchannels=1, nchunksperloop=4, ngpus=0, collective=coll,
+                inplace=False, outofplace=True, min_bytes=0, max_bytes=0, gpus=())
+    assert semantics(plan) == SemanticsResult((), (), ())
