@@ -38,6 +38,12 @@ from nuna.fsutil import looks_like_path
 DEFAULT_TOPOLOGY = "nuna-4die"
 FORMAT_VERSION = 1
 _MAX_FILE_BYTES = 1 << 20
+#: the largest mesh chip: each key has its own range, but the path tables (CU -> port, CU ->
+#: stack, ...) grow with the products, and a chip of 4 dies of 16x16 routers (7 times the
+#: default's 144) already takes 10 s and 1.5 GB to set up; 64x64 dies of 256x256 routers never
+#: finished
+MAX_MESH_ROUTERS = 1024
+MAX_MESH_CUS = 8192
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,6 +325,9 @@ def _resolve(name_or_path: str) -> tuple[str, bytes]:
     """Return (display path, file bytes) for a name or a path."""
     if is_topology_path(name_or_path):
         path = Path(name_or_path)
+        if path.exists() and not path.is_file() and not path.is_dir():
+            # a named pipe would block the read until a writer came
+            raise TopologyError(f"{path}: not a regular file")
         try:
             with path.open("rb") as handle:
                 data = handle.read(_MAX_FILE_BYTES + 1)
@@ -489,6 +498,12 @@ class _Parser:
         return chip
 
     def check_chip(self, chip: ChipSpec) -> None:
+        if chip.kind == "mesh" and chip.routers > MAX_MESH_ROUTERS:
+            raise self.fail("chip.dies_x", f"{chip.dies} dies of {chip.die_cols}x{chip.die_rows} routers "
+                            f"make {chip.routers} routers; at most {MAX_MESH_ROUTERS} are supported")
+        if chip.kind == "mesh" and chip.cus > MAX_MESH_CUS:
+            raise self.fail("chip.cus_per_router", f"{chip.routers} routers of {chip.cus_per_router} CUs "
+                            f"make {chip.cus} CUs; at most {MAX_MESH_CUS} are supported")
         if chip.ports_left > chip.rows or chip.io_ports - chip.ports_left > chip.rows:
             raise self.fail(
                 "chip.io_ports",

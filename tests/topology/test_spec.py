@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -171,6 +172,48 @@ def test_not_utf8_and_folder(tmp_path: Path) -> None:
     folder.mkdir()
     with pytest.raises(TopologyError, match="is a folder"):
         load_topology(folder)
+
+
+def test_a_named_pipe_is_refused_not_read(tmp_path: Path) -> None:
+    import threading
+
+    fifo = tmp_path / "chip.toml"
+    os.mkfifo(fifo)  # reading it would wait for a writer forever
+    raised: list[BaseException] = []
+
+    def load() -> None:
+        try:
+            load_topology(fifo)
+        except BaseException as err:
+            raised.append(err)
+
+    # in a thread, so that a regression (a blocked read) fails the test instead of hanging it
+    reader = threading.Thread(target=load, daemon=True)
+    reader.start()
+    reader.join(timeout=10)
+    assert not reader.is_alive(), "load_topology blocked on a named pipe"
+    assert len(raised) == 1
+    assert isinstance(raised[0], TopologyError)
+    assert "not a regular file" in str(raised[0])
+
+
+@pytest.mark.parametrize(("old", "new", "match"), [
+    # 4 dies of 6 columns: 42 rows make 1,008 routers, 43 make 1,032 (at most 1,024)
+    ('die_rows = { value = 6,', 'die_rows = { value = 43,',
+     r"chip\.dies_x: 4 dies of 6x43 routers make 1032"),
+    ('cus_per_router = { value = 7,', 'cus_per_router = { value = 57,',
+     r"chip\.cus_per_router: 144 routers of 57 CUs make 8208 CUs; at most 8192"),
+])
+def test_a_chip_too_large_to_set_up_is_refused(old: str, new: str, match: str) -> None:
+    text = GOOD.replace(old, new, 1)
+    assert text != GOOD
+    with pytest.raises(TopologyError, match=match):
+        parse_topology(text, "big.toml")
+
+
+def test_the_largest_chip_loads() -> None:
+    text = GOOD.replace('cus_per_router = { value = 7,', 'cus_per_router = { value = 56,', 1)
+    assert parse_topology(text, "big.toml").chip.cus == 8064
 
 
 def test_flat_kind_rejects_mesh_keys() -> None:
