@@ -252,6 +252,9 @@ def simulate_packets(mesh: MeshNet, birth: np.ndarray, src: np.ndarray, dst: np.
 #: the most node-cycles of injection :func:`run_noc` draws (two per node-cycle, 8 bytes each:
 #: about 1.6 GB at the bound; BookSim's runs are 10**4-10**5 cycles on 64 routers)
 MAX_NODE_CYCLES = 100_000_000
+#: the longest packet: far beyond any run's reach already (a packet longer than the run is
+#: allowed, and simply not delivered), and well inside the engine's 64-bit byte counts
+MAX_PACKET_FLITS = 1 << 20
 
 
 def run_noc(width: int, height: int, traffic: str, rate: float, packet_flits: int, *, cycles: int = 10_000,
@@ -272,8 +275,8 @@ def run_noc(width: int, height: int, traffic: str, rate: float, packet_flits: in
         # the sources draw one number per node and cycle over twice the run: bound the memory
         raise UsageError(f"--cycles x mesh nodes must be at most {MAX_NODE_CYCLES:,}, got "
                          f"{cycles:,} x {width * height}")
-    if packet_flits > cycles:
-        raise UsageError(f"--packet-flits must be at most --cycles ({cycles}), got {packet_flits}")
+    if packet_flits > MAX_PACKET_FLITS:
+        raise UsageError(f"--packet-flits must be at most {MAX_PACKET_FLITS}, got {packet_flits}")
     if seed < 0:
         raise UsageError(f"--seed must be non-negative, got {seed}")
     started = time.perf_counter()
