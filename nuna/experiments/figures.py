@@ -36,12 +36,14 @@ from nuna.errors import InputError, UsageError
 from nuna.experiments.spec import (
     SweepSpec,
     canonical_json,
+    check_spec_inputs,
     fast_forward_spec,
     line_setups_spec,
     packet_cap_spec,
     restrict_grid,
     windowed_spec,
 )
+from nuna.experiments.store import is_sweep_folder
 from nuna.experiments.sweep import ProgressCallback, SweepSummary, load_results, load_sweep_spec, run_sweep
 from nuna.fsutil import write_atomic
 from nuna.sim.replay import DEFAULT_LINE_SETUPS
@@ -152,6 +154,9 @@ def run_figure(name: str, out_dir: str | Path, *, spec_dir: str | Path | None = 
         spec = fast_forward_spec(spec)
     if line_setups is not None and line_setups != DEFAULT_LINE_SETUPS:
         spec = line_setups_spec(spec, line_setups)
+    # the command line's values (a pod size, a threadblock count, a packet cap) meet the
+    # spec's topologies only here: a combination no point could run is an error now
+    check_spec_inputs(spec)
     topologies = sorted({topology for grid in spec.grids() for topology in grid.topologies})
     if len(topologies) > 1 and name not in _PER_TOPOLOGY_FIGURES:
         # checked before anything runs: the bars of two machines would be drawn on top of each other
@@ -162,9 +167,10 @@ def run_figure(name: str, out_dir: str | Path, *, spec_dir: str | Path | None = 
     out.mkdir(parents=True, exist_ok=True)
     (out / "sweeps").mkdir(exist_ok=True)
     sweep_dir = out / "sweeps" / spec.name
-    # run_sweep skips the folder itself among these
+    # run_sweep skips the folder itself among these; a folder that holds no sweep (made by
+    # hand, say) has nothing to reuse and is no reason to refuse the run
     siblings = [d for d in sorted((out / "sweeps").iterdir())
-                if d.is_dir() and (d.name == name or d.name.startswith(f"{name}-"))]
+                if d.is_dir() and (d.name == name or d.name.startswith(f"{name}-")) and is_sweep_folder(d)]
     summary = run_sweep(spec, sweep_dir, executor=executor, jobs=jobs, progress=progress, reuse=siblings)
     data = figure_data(name, load_results(sweep_dir))
     stem = out / spec.name

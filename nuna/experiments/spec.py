@@ -20,6 +20,7 @@ import difflib
 import hashlib
 import itertools
 import json
+import re
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,12 +28,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from nuna import __version__
-from nuna.errors import InputError, UsageError
+from nuna.errors import InputError, NunaError, UsageError
 from nuna.fsutil import looks_like_path
 from nuna.units import format_size, parse_size
 
-#: ``nuna.topology.spec.TOPOLOGY_FILE_SUFFIX`` (a test checks they agree): not imported, as the
-#: sweep driver does not load the topology layer (networkx and all)
+#: ``nuna.topology.spec.TOPOLOGY_FILE_SUFFIX`` (a test checks they agree): not imported, so that
+#: expanding a spec and naming its points do not load the topology layer (networkx and all);
+#: only :func:`check_spec_inputs` does
 _TOPOLOGY_FILE_SUFFIX = ".toml"
 
 
@@ -314,13 +316,16 @@ def load_sweep_spec(path: str | Path) -> SweepSpec:
 
     Topology values that look like paths (ending in ``.toml`` or containing a ``/``) are taken
     relative to the spec file's folder and stored as absolute paths, so the spec runs from any
-    working directory.
+    working directory. Beyond :func:`parse_sweep_spec`'s checks, the values are checked against
+    the topologies and the plan generator (:func:`check_spec_inputs`).
     """
     source = Path(path)
     try:
+        # a FIFO or a device would block the read forever (or never end): regular files only
+        if not source.is_file():
+            raise InputError(f"{source}: no such sweep spec file" if not source.exists()
+                             else f"{source}: not a regular file")
         raw = source.read_bytes()
-    except FileNotFoundError:
-        raise InputError(f"{source}: no such sweep spec file") from None
     except OSError as err:
         raise InputError(f"{source}: cannot read: {err.strerror or err}") from None
     try:
@@ -329,8 +334,10 @@ def load_sweep_spec(path: str | Path) -> SweepSpec:
         raise InputError(f"{source}: not a UTF-8 text file") from None
     except tomllib.TOMLDecodeError as err:
         raise InputError(f"{source}: invalid TOML: {err}") from None
-    return parse_sweep_spec(data, source=str(source), base_dir=source.resolve().parent,
+    spec = parse_sweep_spec(data, source=str(source), base_dir=source.resolve().parent,
                             default_name=source.stem)
+    check_spec_inputs(spec)
+    return spec
 
 
 def parse_sweep_spec(
@@ -346,7 +353,7 @@ def parse_sweep_spec(
     grid = data["grid"]
     fixed = data.get("fixed", {})
 
-    name = _string(sweep.get("name", default_name), source, "[sweep] name")
+    name = _name(sweep.get("name", default_name), source, default="name" not in sweep)
     point_function = _point_function(sweep.get("point_function", DEFAULT_POINT_FUNCTION), source)
 
     convert = _axis_converters(base_dir)
@@ -403,6 +410,92 @@ def _grid_patches(
     return tuple(patches)
 
 
+def check_spec_inputs(spec: SweepSpec) -> None:
+    """Check what only the layers below can judge, so that a spec whose points would all fail
+    is one error before the run rather than a failure per point: every topology loads (a
+    shipped name, or a regular file that parses as one); ``packet_bytes`` and
+    ``max_packet_bytes`` are what the simulator takes on each topology; every number of NAR
+    domains is valid on each topology (in grids with a ``+NAR`` configuration); every plan is
+    within the generator's limits, with ``tbs_per_peer`` above 1 only for ``algo = "direct"``.
+    Raises ``InputError`` naming ``spec.source`` and the key (in ``[[grid.also]]`` grids, the
+    table that gave the value).
+
+    Loads the topology layer and the plan generator, not the simulator or the passes (numba):
+    the driver stays light.
+    """
+    # the generator's own estimate, so that the spec refuses exactly the plans generate() would
+    from nuna.plan.generate import check_plan_size
+    from nuna.plan.ir import Collective
+    from nuna.topology.address import nar_granularities
+    from nuna.topology.spec import TopologySpec, load_topology
+
+    source = spec.source
+    loaded: dict[str, TopologySpec] = {}
+
+    def topology(name: str, where: str) -> TopologySpec:
+        if name not in loaded:
+            path = Path(name)
+            # a FIFO would block the loader forever (and a folder is no topology either)
+            if _is_topology_path(name) and path.exists() and not path.is_file():
+                raise _fail(source, where, f"{path}: not a regular file")
+            try:
+                loaded[name] = load_topology(name)
+            except NunaError as err:
+                raise _fail(source, where, str(err)) from None
+        return loaded[name]
+
+    for number, grid in enumerate(spec.grids()):
+        replaced = {key for key, _ in spec.also[number - 1].axes} if number else set()
+
+        def at(key: str, index: int, replaced: set[str] = replaced, number: int = number) -> str:
+            table = f"[[grid.also]] #{number}" if key in replaced else "[grid]"
+            return f"{table} {key}[{index}]"
+
+        topologies = [topology(name, at("topologies", i)) for i, name in enumerate(grid.topologies)]
+        for topo in topologies:
+            _check_packets(spec, topo.chip.flit_bytes, topo.name)
+        if any(config_uses_nar(config) for config in grid.configs):
+            for i, granularity in enumerate(grid.nar_granularities):
+                for topo in topologies:
+                    valid = nar_granularities(topo)
+                    if isinstance(granularity, int) and granularity not in valid:
+                        raise _fail(source, at("nar_granularities", i),
+                                    f"NAR granularity {granularity} is not valid for {topo.name} "
+                                    f"(valid: {', '.join(map(str, valid))}, {HEURISTIC!r} or {AUTO!r})")
+        for collective, (g, gpus), (k, tbs) in itertools.product(
+                grid.collectives, enumerate(grid.gpus), enumerate(grid.tbs_per_peer)):
+            if spec.algo != "direct" and tbs != 1:
+                raise _fail(source, at("tbs_per_peer", k), f"threadblocks per peer apply to the direct "
+                            f"algorithm; {spec.algo} uses one threadblock per ring (use 1)")
+            try:
+                check_plan_size(Collective(collective), spec.algo, gpus, tbs, tbs)
+            except UsageError as err:
+                # the threadblock count is to blame if the pod alone fits
+                try:
+                    check_plan_size(Collective(collective), spec.algo, gpus, 1, 1)
+                    key, index = "tbs_per_peer", k
+                except UsageError:
+                    key, index = "gpus", g
+                raise _fail(source, at(key, index),
+                            f"{err} ({gpus} GPUs, {tbs} threadblocks per peer)") from None
+
+
+def _check_packets(spec: SweepSpec, flit_bytes: int, topology: str) -> None:
+    """The simulator's packet rules (``nuna.sim.replay``): whole flits, and a cap on ``"auto"``
+    of a power-of-two number of flits."""
+    packets = spec.packet_bytes
+    if packets != AUTO and (not isinstance(packets, int) or packets < flit_bytes or packets % flit_bytes):
+        raise _fail(spec.source, "[fixed] packet_bytes", f"packet size must be 'auto' or a multiple of "
+                    f"the {flit_bytes}-byte flit of {topology}, got {packets}")
+    cap = spec.max_packet_bytes
+    if cap is not None:
+        lines = cap // flit_bytes
+        if cap % flit_bytes or lines < 1 or lines & (lines - 1):
+            raise _fail(spec.source, "[fixed] max_packet_bytes", f"the largest packet 'auto' may pick "
+                        f"must be a power-of-two multiple of the {flit_bytes}-byte flit of {topology}, "
+                        f"got {cap} B")
+
+
 #: grid axes a command line may restrict (or, for ``topologies``, replace), by their spec-file key
 GRID_OVERRIDES = ("topologies", "collectives", "gpus", "sizes", "configs", "tbs_per_peer")
 
@@ -434,7 +527,7 @@ def restrict_grid(spec: SweepSpec, overrides: Mapping[str, Sequence[str]]) -> Sw
         tags.append(axis.replace("_", "") + "_".join(names))
     name = "-".join([spec.name, *tags])
     # one path component, without dots (output files are named ``<name>.png``, ``<name>.json``)
-    safe = "".join(ch if ch.isalnum() or ch in "+-_" else "_" for ch in name)
+    safe = "".join(ch if ch.isascii() and (ch.isalnum() or ch in "+-_") else "_" for ch in name)
     doc = {"sweep": {"name": safe, "point_function": spec.point_function}, "grid": grid,
            "fixed": _fixed(spec)}
     restricted = parse_sweep_spec(doc, source="command line")
@@ -577,6 +670,26 @@ def _int(value: Any, what: str, *, minimum: int, maximum: int | None = None) -> 
         bound = f">= {minimum}" if maximum is None else f"between {minimum} and {maximum}"
         raise UsageError(f"{what} must be {bound}, got {value}")
     return value
+
+
+#: What a sweep's name may be: it names files and folders (``nuna figure`` writes
+#: ``OUT/NAME.png`` and ``OUT/sweeps/NAME``), so one plain path component, never ``..``, a
+#: separator or a hidden file. ``+`` is in: :func:`restrict_grid` names grids ``configsUA_NAP+NAR``.
+_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+
+
+def _name(value: Any, source: str, *, default: bool) -> str:
+    text = _string(value, source, "[sweep] name")
+    if default:
+        # the spec file's name: one path component already, so only its spelling is changed
+        # ("my spec.toml" -> "my_spec"), as restrict_grid spells its names
+        text = "".join(ch if ch.isascii() and (ch.isalnum() or ch in "._+-") else "_" for ch in text)
+    if not _NAME_PATTERN.fullmatch(text):
+        given = f"the default, the file name {value!r}," if default else repr(text)
+        raise _fail(source, "[sweep] name", f"{given} is not a plain file name: letters, digits and "
+                    "'.', '_', '+', '-', starting with a letter or digit (it names output files)"
+                    + ("; set [sweep] name" if default else ""))
+    return text
 
 
 def _string(value: Any, source: str, where: str) -> str:

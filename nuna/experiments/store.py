@@ -53,6 +53,43 @@ def failure_path(out_dir: Path, point_id: str) -> Path:
     return failures_dir(out_dir) / f"{point_id}.json"
 
 
+def _is_nuna_index(path: Path) -> bool:
+    # a regular file only: reading a FIFO would block
+    if not path.is_file():
+        return False
+    index = _read_json(path)
+    return isinstance(index, dict) and index.get("format") == INDEX_FORMAT
+
+
+def is_sweep_folder(folder: Path) -> bool:
+    """True when ``folder`` shows a sweep's layout: the ``results`` and ``failures`` folders
+    that every run creates before anything else, or an index of nuna's. (A sweep folder whose
+    index was damaged, or never written by a run killed at its start, is still one.)"""
+    if results_dir(folder).is_dir() and failures_dir(folder).is_dir():
+        return True
+    return _is_nuna_index(index_path(folder))
+
+
+def check_output_folder(out_dir: Path) -> None:
+    """Raise ``InputError`` if a sweep written into ``out_dir`` would replace a file that is not
+    nuna's: an ``index.json`` that is not a sweep index, in a folder that is not a sweep folder.
+    In a sweep folder a damaged index is rewritten (the result files are the truth)."""
+    index = index_path(out_dir)
+    if (index.exists() or index.is_symlink()) and not is_sweep_folder(out_dir):
+        raise InputError(f"{index}: not a nuna sweep index, and {out_dir} is not a sweep folder "
+                         "(no results/ and failures/); not overwriting it: choose another output folder")
+
+
+def check_reuse_folder(folder: Path) -> None:
+    """Raise ``InputError`` unless ``folder`` is a sweep folder whose results can be reused."""
+    if not folder.is_dir():
+        raise InputError(f"{folder}: no such sweep folder to reuse results from" if not folder.exists()
+                         else f"{folder}: not a folder, so no sweep folder to reuse results from")
+    if not is_sweep_folder(folder):
+        raise InputError(f"{folder}: not a sweep folder (no nuna index.json, no results/ and failures/), "
+                         "so no results to reuse")
+
+
 def prepare(out_dir: Path) -> None:
     """Create the folder layout; raise ``InputError`` if ``out_dir`` cannot be a sweep folder."""
     make_folder(out_dir, "sweep folder")
@@ -237,10 +274,15 @@ def load_results(out_dir: str | Path) -> list[dict[str, Any]]:
         raise InputError(f"{index_path(folder)}: malformed sweep index")
     records = []
     for entry in entries:
-        if not isinstance(entry, dict):
+        # an id names a file under results/: only the hex digits point_id makes, never a path
+        if not isinstance(entry, dict) or not _is_point_id(entry.get("id")):
             raise InputError(f"{index_path(folder)}: malformed sweep index")
         task = Task(str(entry.get("id")), function, entry.get("point", {}))
         record = read_result(folder, task, version)
         if record is not None:
             records.append(record)
     return records
+
+
+def _is_point_id(value: Any) -> bool:
+    return isinstance(value, str) and len(value) == 16 and all(ch in "0123456789abcdef" for ch in value)

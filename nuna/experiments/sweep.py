@@ -140,11 +140,18 @@ def run_sweep(
     summary. Results that other sweep folders in ``reuse`` hold for points of this spec are
     copied in first (:func:`nuna.experiments.store.adopt_results`) and count as already done.
     Raises ``UsageError`` for bad options or an unknown point function, ``InputError`` if
-    ``out_dir`` is unusable.
+    ``out_dir`` is unusable (a folder holding an ``index.json`` that is not a sweep's, say:
+    :func:`nuna.experiments.store.check_output_folder`) or a folder in ``reuse`` is not a sweep
+    folder.
     """
     _check_options(executor, jobs, scheduler)
     resolve_point_function(spec.point_function)  # a typo fails now, not once per point
     folder = Path(out_dir)
+    # before anything is written: a refused folder is left as it was
+    store.check_output_folder(folder)
+    for source in reuse:
+        if source.resolve() != folder.resolve():  # the folder itself is skipped, as adopt_results does
+            store.check_reuse_folder(source)
     pairs = tasks_of(spec)
     tasks = [task for task, _ in pairs]
     labels = {task.point_id: point.label() for task, point in pairs}
@@ -185,8 +192,10 @@ def run_sweep(
 
 
 def sweep_status(spec: SweepSpec, out_dir: str | Path) -> SweepSummary:
-    """What a run of ``spec`` into ``out_dir`` would find, without running or writing anything."""
+    """What a run of ``spec`` into ``out_dir`` would find, without running or writing anything;
+    ``InputError`` where :func:`run_sweep` would refuse the folder."""
     folder = Path(out_dir)
+    store.check_output_folder(folder)
     pairs = tasks_of(spec)
     tasks = [task for task, _ in pairs]
     labels = {task.point_id: point.label() for task, point in pairs}

@@ -119,7 +119,7 @@ def generate(
         C = K if chunks_per_peer is None else chunks_per_peer
         if C % K:
             raise UsageError(f"chunks_per_peer ({C}) must be a multiple of tbs_per_peer ({K})")
-        _check_size(coll, "direct", ngpus, K, C)
+        check_plan_size(coll, "direct", ngpus, K, C)
         spec = _Spec(coll, ngpus, K, C // K, C, in_place)
         make = _StepCache()  # shared by all GPUs: receive steps recur on every GPU
         gpus = tuple(_direct_gpu(spec, g, make) for g in range(ngpus))
@@ -133,7 +133,7 @@ def generate(
         C = M if chunks_per_peer is None else chunks_per_peer
         if C % M:
             raise UsageError(f"chunks_per_peer ({C}) must be a multiple of channels ({M})")
-        _check_size(coll, "ring", ngpus, M, C)
+        check_plan_size(coll, "ring", ngpus, M, C)
         spec = _Spec(coll, ngpus, M, C // M, C, in_place)
         make = _StepCache()
         gpus = tuple(_ring_gpu(spec, g, make) for g in range(ngpus))
@@ -179,8 +179,10 @@ def _positive(what: str, value: object) -> None:
         raise UsageError(f"{what} must be an integer >= 1, got {value!r}")
 
 
-def _check_size(coll: Collective, algo: str, n: int, parallel: int, C: int) -> None:
-    """Refuse plans whose step count would exhaust memory (estimate, per the layouts below)."""
+def check_plan_size(coll: Collective, algo: str, n: int, parallel: int, C: int) -> None:
+    """Refuse plans whose step count would exhaust memory (estimate, per the layouts below):
+    ``UsageError``. ``generate`` calls it, and sweep specs at load, so that both refuse the same
+    plans (``parallel``: threadblocks per peer of a direct plan, channels of a ring)."""
     if algo == "direct":
         per_tb = 4 if coll is Collective.ALLREDUCE else 2
         steps = n * (n - 1) * parallel * per_tb + n * parallel * 2 * n

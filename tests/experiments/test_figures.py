@@ -4,6 +4,7 @@ byte-stable files, the reduced grids, and one real ``nuna figure fig10 --quick``
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -475,6 +476,35 @@ def test_cli_figure_refuses_two_topologies_where_it_draws_one(figure_cli: Callab
     assert "fig11 draws one topology" in two.err
     assert "mi300x-like" in two.err
     assert not (tmp_path / "out" / "sweeps").exists()  # refused before anything ran
+
+
+@pytest.mark.parametrize("name", ["../../escaped", "{tmp}/victim/owned"])
+def test_cli_figure_refuses_a_spec_name_that_is_a_path(figure_cli: Callable[..., Any], tmp_path: Path,
+                                                      name: str) -> None:
+    # the name names OUT/NAME.png, OUT/NAME.json and OUT/sweeps/NAME: a path there wrote anywhere
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    (tmp_path / "victim").mkdir()
+    (tmp_path / "victim" / "owned.json").write_text("mine")
+    name = name.format(tmp=tmp_path)
+    text = (REPO / "scripts" / "sweeps" / "fig10.toml").read_text()
+    (specs / "fig10.toml").write_text(re.sub(r'(?m)^name = ".*"$', f'name = "{name}"', text))
+    out = tmp_path / "a" / "b"
+    res = figure_cli("figure", "fig10", "-o", out, "--spec-dir", specs, "--quick", "-j", "1", "-q")
+    assert res.code == 1
+    assert res.err.count("\n") == 1
+    assert f"fig10.toml: [sweep] name: '{name}' is not a plain file name" in res.err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["specs", "victim"]
+    assert (tmp_path / "victim" / "owned.json").read_text() == "mine"
+
+
+def test_cli_figure_checks_command_line_values_against_the_spec_before_running(
+        figure_cli: Callable[..., Any], tmp_path: Path) -> None:
+    res = figure_cli("figure", "fig10", "--quick", "-o", tmp_path / "out", "--tbs-per-peer", "100000000")
+    assert res.code == 1
+    assert res.err.count("\n") == 1
+    assert "tbs_per_peer[0]: the requested direct allgather plan would have about" in res.err
+    assert not (tmp_path / "out").exists()  # refused before any point ran
 
 
 def test_title_names_the_threadblock_counts_searched_per_range_of_sizes() -> None:

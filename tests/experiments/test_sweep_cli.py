@@ -131,3 +131,31 @@ def test_usage_errors_exit_2(run_cli: Callable[..., Any], write_spec: Callable[.
     assert result.err.startswith("nuna: usage error: ")
     assert result.err.count("\n") == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_cli_refuses_what_would_fail_or_overwrite_before_running(
+        run_cli: Callable[..., Any], fake_points: str, write_spec: Callable[..., Path],
+        tmp_path: Path) -> None:
+    spec_path = write_spec()
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "index.json").write_text('{"my": "important data"}')
+    for extra in ((), ("--dry-run",)):
+        kept = run_cli("sweep", spec_path, "-o", user, "-q", *extra)
+        assert kept.code == 1
+        assert kept.err == (f"nuna: error: {user / 'index.json'}: not a nuna sweep index, and {user} is not "
+                            "a sweep folder (no results/ and failures/); not overwriting it: choose another "
+                            "output folder\n")
+        assert (user / "index.json").read_text() == '{"my": "important data"}'
+        # --reuse of a folder that holds no sweep, checked by a dry run as well
+        reuse = run_cli("sweep", spec_path, "-o", tmp_path / "out", "--reuse", tmp_path, *extra)
+        assert reuse.code == 1
+        assert reuse.err == f"nuna: error: {tmp_path}: not a sweep folder (no nuna index.json, no results/ " \
+                            "and failures/), so no results to reuse\n"
+    assert not (tmp_path / "out").exists()
+    # a value every point would fail with is refused by the dry run that counts them
+    bad = write_spec(spec_path.read_text() + "\n[fixed]\npacket_bytes = 100\n", "bad.toml")
+    dry = run_cli("sweep", bad, "-o", tmp_path / "out", "--dry-run")
+    assert dry.code == 1
+    assert dry.err.count("\n") == 1
+    assert f"{bad}: [fixed] packet_bytes: packet size must be 'auto' or a multiple of the 256" in dry.err

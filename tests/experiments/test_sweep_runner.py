@@ -154,7 +154,7 @@ def test_results_of_other_sweep_folders_are_reused_when_valid(
     assert len(names) == len(expand(part)) == len(expand(full)) // 2
     (results / names[0]).write_text('{"format": "nuna-sweep-res')   # damaged
     (results / names[1]).write_bytes((results / names[2]).read_bytes())   # another point's record
-    summary = run_sweep(full, tmp_path / "full", jobs=1, reuse=[tmp_path / "part", tmp_path / "missing"])
+    summary = run_sweep(full, tmp_path / "full", jobs=1, reuse=[tmp_path / "part"])
     assert (summary.already_done, summary.ran) == (len(names) - 2, len(expand(full)) - len(names) + 2)
     assert summary.complete
     # the same records as a sweep that computed everything itself
@@ -523,3 +523,61 @@ def test_cli_workers_run_numba_on_their_share_of_the_cores(
     results = load_results(out)
     assert len(results) == 2
     assert {r["result"].get("numba_running") for r in results} == {share}, results
+
+
+@pytest.mark.parametrize("foreign", [b'{"my": "important data"}\n', b"[]\n", bytes(range(256)),
+                                     b'{"format": "nuna-sweep-index/2"}'])
+def test_an_index_that_is_not_a_sweeps_is_kept_unless_the_folder_is_a_sweep_folder(
+        fake_points: str, write_spec: Callable[..., Path], tmp_path: Path, foreign: bytes) -> None:
+    spec = load_sweep_spec(write_spec())
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "index.json").write_bytes(foreign)
+    for attempt in (lambda: run_sweep(spec, user, jobs=1), lambda: sweep_status(spec, user)):
+        with pytest.raises(InputError, match=r"index.json: not a nuna sweep index.*not overwriting it"):
+            attempt()
+    assert (user / "index.json").read_bytes() == foreign
+    assert sorted(p.name for p in user.iterdir()) == ["index.json"]  # nothing written beside it
+    # a sweep folder whose index was damaged is recovered: its result files are the truth
+    sweep = tmp_path / "sweep"
+    run_sweep(spec, sweep, jobs=1)
+    clean = (sweep / "index.json").read_bytes()
+    (sweep / "index.json").write_bytes(foreign)
+    summary = run_sweep(spec, sweep, jobs=1)
+    assert (summary.ran, summary.complete) == (0, True)
+    assert (sweep / "index.json").read_bytes() == clean
+
+
+def test_only_sweep_folders_are_reused(fake_points: str, write_spec: Callable[..., Path],
+                                       tmp_path: Path) -> None:
+    spec = load_sweep_spec(write_spec())
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "notes.txt").write_text("mine")
+    out = tmp_path / "out"
+    for folder, message in ((tmp_path / "missing", "no such sweep folder"), (plain, "not a sweep folder"),
+                            (plain / "notes.txt", "not a folder")):
+        with pytest.raises(InputError, match=message):
+            run_sweep(spec, out, jobs=1, reuse=[folder])
+        assert not out.exists()  # refused before anything was written
+    # a sweep folder (also one whose index a killed run never wrote) is one
+    run_sweep(spec, tmp_path / "done", jobs=1)
+    (tmp_path / "done" / "index.json").unlink()
+    assert run_sweep(spec, out, jobs=1, reuse=[tmp_path / "done"]).already_done == len(expand(spec))
+
+
+def test_load_results_reads_only_files_the_index_may_name(tmp_path: Path) -> None:
+    from nuna import __version__
+    from nuna.experiments.store import INDEX_FORMAT, RESULT_FORMAT
+
+    folder = tmp_path / "sweep"
+    (folder / "results").mkdir(parents=True)
+    # an id is a file name under results/: one that climbs out of it is not an id
+    outside = {"format": RESULT_FORMAT, "id": "../outside", "point": {}, "point_function": "m:f",
+               "nuna_version": __version__, "result": {"secret": 1}}
+    (folder / "outside.json").write_text(json.dumps(outside))
+    index = {"format": INDEX_FORMAT, "nuna_version": __version__, "spec": {"point_function": "m:f"},
+             "points": [{"id": "../outside", "point": {}}]}
+    (folder / "index.json").write_text(json.dumps(index))
+    with pytest.raises(InputError, match="malformed sweep index"):
+        load_results(folder)

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+import os
+import re
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,6 +36,8 @@ from nuna.experiments.spec import (
     restrict_grid,
     windowed_spec,
 )
+
+REPO = Path(__file__).resolve().parents[2]
 
 BASE: dict[str, Any] = {
     "grid": {"collectives": ["allgather"], "gpus": [8], "sizes": ["1MB"], "configs": ["UA"]},
@@ -75,6 +82,8 @@ def test_values_are_normalised() -> None:
 
 def test_topology_paths_resolve_against_the_spec_folder(write_spec: Callable[..., Path],
                                                         tmp_path: Path) -> None:
+    (tmp_path / "chips").mkdir()
+    (tmp_path / "chips" / "mine.toml").write_bytes((REPO / "topologies" / "nuna-4die.toml").read_bytes())
     path = write_spec('[grid]\ncollectives = ["allgather"]\ngpus = [8]\nsizes = ["1MB"]\nconfigs = ["UA"]\n'
                       'topologies = ["nuna-4die", "chips/mine.toml"]\n')
     spec = load_sweep_spec(path)
@@ -535,3 +544,131 @@ def test_line_setups_are_the_simulators() -> None:
     from nuna.sim.replay import DEFAULT_LINE_SETUPS, LINE_SETUP_RULES
     assert tuple(sorted(LINE_SETUP_RULES)) == LINE_SETUPS
     assert DEFAULT_LINE_SETUPS in LINE_SETUPS
+
+
+# --- names that become paths, files that are not files, values the layers below refuse ---------
+
+
+@pytest.mark.parametrize("name", ["/tmp/x/owned", "../../escaped", "a/b", "a\\b", "..", ".hidden", "-x",
+                                  "fig 9", "a\x00b"])
+def test_a_name_that_is_not_a_plain_file_name_is_refused(name: str) -> None:
+    # `nuna figure` writes OUT/NAME.png and OUT/sweeps/NAME: a path there writes anywhere
+    with pytest.raises(InputError) as info:
+        parse_sweep_spec(_with("sweep", "name", name), source="bad.toml")
+    assert str(info.value).startswith("bad.toml: [sweep] name: ")
+    assert "\n" not in str(info.value)
+
+
+def test_plain_names_and_the_names_derived_from_them_are_accepted(write_spec: Callable[..., Path]) -> None:
+    assert parse_sweep_spec(_with("sweep", "name", "fig9.v2_a+b-c")).name == "fig9.v2_a+b-c"
+    text = '[grid]\ncollectives = ["allgather"]\ngpus = [8]\nsizes = ["1MB"]\nconfigs = ["UA"]\n'
+    # the default, the file's name, is respelled where it can be, refused where it cannot
+    assert load_sweep_spec(write_spec(text, name="my spec.toml")).name == "my_spec"
+    with pytest.raises(InputError, match=r"\.\.\.toml: \[sweep\] name: the default.*'\.\.'.*set \[sweep"):
+        load_sweep_spec(write_spec(text, name="...toml"))
+    spec = parse_sweep_spec(BASE)
+    assert restrict_grid(spec, {"configs": ["UA", "nap*+nar"]}).name == "sweep-configsUA_nap_+nar"
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
+def test_a_named_pipe_as_the_spec_is_refused_not_waited_on(tmp_path: Path) -> None:
+    fifo = tmp_path / "spec.toml"
+    os.mkfifo(fifo)
+    driver = "import sys\nfrom nuna.cli import main\nsys.argv[0] = 'nuna'\nmain()\n"
+    # in a subprocess with a timeout: reading the pipe would block this test forever
+    out = subprocess.run([sys.executable, "-c", driver, "sweep", str(fifo), "-o", str(tmp_path / "out")],
+                         cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1
+    assert out.stderr == f"nuna: error: {fifo}: not a regular file\n"
+    assert not (tmp_path / "out").exists()
+
+
+def _not_a_topology(tmp_path: Path) -> str:
+    (tmp_path / "passwd").write_text("root:x:0:0:root:/root:/bin/bash\n")
+    return str(tmp_path / "passwd")
+
+
+def _fifo_topology(tmp_path: Path) -> str:
+    os.mkfifo(tmp_path / "pipe.toml")
+    return str(tmp_path / "pipe.toml")
+
+
+def _toml(doc: dict[str, dict[str, Any]]) -> str:
+    """``doc`` as TOML (JSON's strings, numbers and arrays are TOML's; ``also`` lists tables)."""
+    lines = []
+    for section, table in doc.items():
+        lines.append(f"[{section}]")
+        lines += [f"{key} = {json.dumps(value)}" for key, value in table.items() if key != "also"]
+        for patch in table.get("also", []):
+            lines.append(f"[[{section}.also]]")
+            lines += [f"{key} = {json.dumps(value)}" for key, value in patch.items()]
+    return "\n".join(lines) + "\n"
+
+
+NAR_GRID = {"configs": ["UA", "UA+NAR"]}
+
+REFUSED_AT_LOAD: list[tuple[dict[str, Any], dict[str, Any], str]] = [
+    # (grid keys, fixed keys, where and what the message says)
+    ({"topologies": ["nope"]}, {}, r"\[grid\] topologies\[0\]: unknown topology 'nope'"),
+    ({"topologies": ["nuna-4die", "missing.toml"]}, {},
+     r"\[grid\] topologies\[1\]: .*missing\.toml: topology file not found"),
+    ({"topologies": ["{tmp}/"]}, {}, r"\[grid\] topologies\[0\]: .*: not a regular file"),
+    ({"topologies": ["{passwd}"]}, {}, r"\[grid\] topologies\[0\]: .*passwd: TOML syntax error"),
+    ({"topologies": ["{fifo}"]}, {}, r"\[grid\] topologies\[0\]: .*pipe\.toml: not a regular file"),
+    ({}, {"packet_bytes": 100},
+     r"\[fixed\] packet_bytes: .*multiple of the 256-byte flit of nuna-4die, got 100"),
+    ({}, {"packet_bytes": 384}, r"\[fixed\] packet_bytes: .*256-byte flit"),
+    ({}, {"packet_bytes": "auto", "max_packet_bytes": 128}, r"\[fixed\] max_packet_bytes: .*256-byte flit"),
+    (NAR_GRID | {"nar_granularities": [2, 5]}, {}, r"\[grid\] nar_granularities\[1\]: NAR granularity 5 is "
+     r"not valid for nuna-4die \(valid: 1, 2, 3, 4, 6, 12"),
+    (NAR_GRID | {"topologies": ["nuna-4die", "mi300x-like"], "nar_granularities": [12]}, {},
+     r"\[grid\] nar_granularities\[0\]: NAR granularity 12 is not valid for mi300x-like"),
+    (NAR_GRID | {"also": [{"nar_granularities": [5]}]}, {},
+     r"\[\[grid.also\]\] #1 nar_granularities\[0\]: NAR granularity 5"),
+    ({"tbs_per_peer": [1, 100000000]}, {},
+     r"\[grid\] tbs_per_peer\[1\]: .*more than the 20,000,000 supported \(8 GPUs, 100000000 threadblocks"),
+    ({"gpus": [8, 4096], "collectives": ["allreduce"]}, {}, r"\[grid\] gpus\[1\]: .*steps, more than"),
+    ({"also": [{"gpus": [64], "tbs_per_peer": [50000]}]}, {}, r"\[\[grid.also\]\] #1 tbs_per_peer\[0\]"),
+    ({"tbs_per_peer": [1, 4]}, {"algo": "ring"}, r"\[grid\] tbs_per_peer\[1\]: .*direct algorithm"),
+]
+
+
+@pytest.mark.parametrize(("grid", "fixed", "message"), REFUSED_AT_LOAD)
+def test_values_the_topology_simulator_or_generator_refuse_are_named_at_load(
+        write_spec: Callable[..., Path], tmp_path: Path, grid: dict[str, Any], fixed: dict[str, Any],
+        message: str) -> None:
+    """Each passed `--dry-run` and then failed every point of the run."""
+    values = {"tmp": str(tmp_path), "passwd": _not_a_topology(tmp_path),
+              "fifo": _fifo_topology(tmp_path) if "{fifo}" in str(grid) else ""}
+    grid = {k: [v.format(**values) if isinstance(v, str) else v for v in vs] if k == "topologies" else vs
+            for k, vs in grid.items()}
+    doc = {"grid": BASE["grid"] | grid, "fixed": fixed}
+    path = write_spec(_toml(doc), name="bad.toml")
+    with pytest.raises(InputError) as info:
+        load_sweep_spec(path)
+    assert str(info.value).startswith(f"{path}: ")
+    assert re.search(message, str(info.value)), str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_load_checks_against_the_topology_without_loading_the_simulator(
+        write_spec: Callable[..., Path]) -> None:
+    path = write_spec('[grid]\ncollectives = ["allgather"]\ngpus = [8]\nsizes = ["1MB"]\n'
+                      'configs = ["UA+NAR"]\nnar_granularities = [5]\n')
+    code = ("import sys\nfrom nuna.experiments.sweep import load_sweep_spec\n"
+            "try:\n    load_sweep_spec(sys.argv[1])\nexcept Exception as err:\n    print(err)\n"
+            "print(','.join(m for m in ('nuna.sim', 'nuna.passes', 'numba') if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code, str(path)], cwd=REPO, capture_output=True, text=True,
+                         check=True)
+    error, heavy = out.stdout.splitlines()
+    assert "nar_granularities[0]: NAR granularity 5 is not valid" in error
+    assert heavy == ""
+    # what the layers below take passes: 768 B, three flits (the simulator takes any whole
+    # number); 5 NAR domains where no configuration uses NAR; 144 threadblocks per peer at
+    # 64 GPUs (Fig 13); the shipped specs
+    doc = {"grid": BASE["grid"] | {"gpus": [64], "tbs_per_peer": [144], "nar_granularities": [5],
+                                   "collectives": ["allreduce"]}, "fixed": {"packet_bytes": 768}}
+    spec = load_sweep_spec(write_spec(_toml(doc), name="good.toml"))
+    assert (spec.packet_bytes, spec.tbs_per_peer) == (768, (144,))
+    for name in ("fig9", "fig10", "fig11", "fig12", "fig13", "fig14", "quick", "headroom"):
+        load_sweep_spec(REPO / "scripts" / "sweeps" / f"{name}.toml")
