@@ -28,7 +28,7 @@ _SIZE_UNITS: dict[str, int] = {
 #: sizes are int64 byte counts inside the simulator, with room for arithmetic on them
 MAX_SIZE_BYTES = 2**60
 
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$", re.ASCII)  # "٣" is no size
 
 
 def parse_size(text: str) -> int:

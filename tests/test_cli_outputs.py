@@ -103,3 +103,28 @@ def test_a_closed_pipe_does_not_lose_the_demo(run_cli, tmp_path: Path,  # type: 
     written = {p.name: p.read_bytes() for p in (tmp_path / "open").iterdir()}
     assert written
     assert {p.name: p.read_bytes() for p in (tmp_path / "closed").iterdir()} == written
+
+
+@pytest.mark.parametrize(("cmd", "message"), [
+    # an option that would be ignored, or an output that would overwrite another, is an error
+    (("simulate", "{plan}", "--size", "64KiB", "--nar-granularity", "2"),
+     "--nar-granularity applies to a --config that routes with NAR"),
+    (("simulate", "{plan}", "--size", "64KiB", "--json", "{out}", "--trace", "{out}"),
+     "given for two outputs"),
+    (("diff", "{plan}", "--size", "4KiB", "--configs", "UA,NAP", "-g", "2"),
+     "none of UA, NAP routes with NAR"),
+    (("diff", "{plan}", "--size", "4KiB", "--configs", "UA,,NAP"), "an empty configuration name"),
+    (("diff", "{plan}", "--size", "4KiB", "--configs", "UA,NAP+NAR", "-g", "5"),
+     "NAR granularity 5 is not valid"),
+])
+def test_options_that_would_be_ignored_or_collide_are_refused(run_cli, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                              cmd: tuple[str, ...], message: str) -> None:
+    plan = tmp_path / "ag4.xml"
+    save(generate("allgather", 4), plan)
+    out = tmp_path / "result.json"
+    res = run_cli(*(a.format(plan=plan, out=out) for a in cmd))
+    assert res.code == 1, (res.out, res.err)
+    assert res.out == ""
+    assert res.err.count("\n") == 1
+    assert message in res.err
+    assert not out.exists()

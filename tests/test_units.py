@@ -20,7 +20,8 @@ def test_parse_size(text: str, expected: int) -> None:
 
 
 @pytest.mark.parametrize("text", ["", "abc", "1XB", "-1MB", "0", "1.0001kB", "1 2MB", "2000000TiB",
-                                  "99999999999999999999999"])
+                                  "99999999999999999999999",
+                                  "\u0663", "1\u0660kB", "\uff11MB"])  # digits of other scripts
 def test_parse_size_rejects(text: str) -> None:
     with pytest.raises(UsageError):
         parse_size(text)

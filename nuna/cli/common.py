@@ -4,6 +4,7 @@ and the sweeps' progress bar)."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from enum import StrEnum
 from pathlib import Path
@@ -76,9 +77,13 @@ def parse_size_option(text: str) -> int:
 def check_outputs(*paths: Path | None) -> None:
     """Fail now, with the error the write would give, if an output file given on the command
     line could not be written (``nuna.fsutil.check_writable``): before the work, not after it."""
-    for path in paths:
-        if path is not None:
-            check_writable(path)
+    given = [path for path in paths if path is not None]
+    for path in given:
+        check_writable(path)
+    real = [os.path.realpath(path) for path in given]
+    for i, path in enumerate(given):  # one file for two outputs: the second would replace the first
+        if real[i] in real[:i]:
+            raise UsageError(f"{path}: given for two outputs; each needs a file of its own")
 
 
 def write_json(path: Path, payload: Any) -> None:

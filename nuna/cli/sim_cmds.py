@@ -132,6 +132,8 @@ def simulate(
     packets = _packet_bytes(packet_bytes)
     if max_packet_bytes is not None and packets != "auto":
         raise UsageError("--max-packet-bytes caps what --packet-bytes auto picks; give one or the other")
+    if nar_granularity is not None and config is None:  # it would be ignored
+        raise UsageError("--nar-granularity applies to a --config that routes with NAR")
     check_outputs(json_file, trace_file)
     options = SimOptions(windowed=windowed, fast_forward=FastForward() if fast_forward else None,
                          threads=threads)

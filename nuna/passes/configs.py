@@ -228,7 +228,8 @@ def apply_choice(plan: Plan, name: str, ctx: PassContext, choice: GranularityCho
 def config_names(text: str | Sequence[str]) -> tuple[str, ...]:
     """Canonical names from ``'UA,NAP+NAR'`` or a list; ``UsageError`` on an unknown one."""
     items = text.split(",") if isinstance(text, str) else list(text)
-    names = tuple(get_config(item).name for item in items if item.strip())
-    if not names:
+    if not any(item.strip() for item in items):
         raise UsageError("no configuration given")
-    return names
+    if not all(item.strip() for item in items):  # 'UA,,NAP': a name left out, not nothing
+        raise UsageError(f"an empty configuration name in {','.join(items)!r}")
+    return tuple(get_config(item).name for item in items)

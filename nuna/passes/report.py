@@ -19,6 +19,7 @@ from nuna.errors import UsageError
 from nuna.passes.base import PassContext
 from nuna.passes.configs import Granularity, apply_choice, choose_granularity, get_config
 from nuna.passes.nap import finest_granularity
+from nuna.passes.nar import check_granularity
 from nuna.plan.dag import build_dag, flatten
 from nuna.plan.generate import generate
 from nuna.plan.ir import Plan
@@ -127,6 +128,13 @@ def compare(plan: Plan, spec: TopologySpec, size_bytes: int, configs: Sequence[s
     Threadblocks per NAR domain are counted at the configuration's granularity, or at the
     topology's finest for configurations without NAR.
     """
+    cfgs = [get_config(name) for name in configs]
+    if nar_granularity is not None and not any(cfg.nar for cfg in cfgs):
+        # it would be ignored: say so rather than run a comparison the user did not ask for
+        raise UsageError(f"a NAR granularity ({nar_granularity}) applies to +NAR configurations, "
+                         f"and none of {', '.join(cfg.name for cfg in cfgs)} routes with NAR")
+    if nar_granularity is not None and nar_granularity != "auto":
+        check_granularity(spec, nar_granularity)  # invalid even where no +NAR config is compared first
     ctx = PassContext(spec, size_bytes)
     dag = build_dag(plan)
     flat = flatten(plan)
