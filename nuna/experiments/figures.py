@@ -45,7 +45,7 @@ from nuna.experiments.spec import (
 )
 from nuna.experiments.store import is_sweep_folder
 from nuna.experiments.sweep import ProgressCallback, SweepSummary, load_results, load_sweep_spec, run_sweep
-from nuna.fsutil import write_atomic
+from nuna.fsutil import make_folder, write_atomic
 from nuna.sim.replay import DEFAULT_LINE_SETUPS
 from nuna.sim.result import COARSE_PACKET_BYTES
 from nuna.topology.spec import DEFAULT_TOPOLOGY, is_topology_path
@@ -164,8 +164,8 @@ def run_figure(name: str, out_dir: str | Path, *, spec_dir: str | Path | None = 
                          f"({', '.join(topologies)}); give each its own spec (--spec-dir), or sweep "
                          "them with `nuna sweep` and compare the results")
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "sweeps").mkdir(exist_ok=True)
+    make_folder(out, "figure folder")  # one line naming it when a file is in the way
+    make_folder(out / "sweeps", "sweeps folder")
     sweep_dir = out / "sweeps" / spec.name
     # run_sweep skips the folder itself among these; a folder that holds no sweep (made by
     # hand, say) has nothing to reuse and is no reason to refuse the run

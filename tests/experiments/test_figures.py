@@ -462,6 +462,20 @@ def test_cli_figure_rejects_unknown_names_and_bad_spec_dirs(figure_cli: Callable
     assert missing.err.count("\n") == 1
 
 
+@pytest.mark.parametrize("blocked", ["out", "out/sweeps"])
+def test_cli_figure_names_a_file_in_the_way_of_its_folders(figure_cli: Callable[..., Any], tmp_path: Path,
+                                                            blocked: str) -> None:
+    (tmp_path / "out").mkdir()
+    in_the_way = tmp_path / blocked
+    if blocked == "out":
+        (tmp_path / "out").rmdir()
+    in_the_way.write_text("mine")
+    res = figure_cli("figure", "fig10", "-o", tmp_path / "out", "--quick", "-j", "1", "-q")
+    assert res.code == 1
+    assert res.err == f"nuna: error: {in_the_way}: not a folder\n"
+    assert in_the_way.read_text() == "mine"
+
+
 def test_cli_figure_refuses_two_topologies_where_it_draws_one(figure_cli: Callable[..., Any],
                                                                tmp_path: Path) -> None:
     specs = tmp_path / "specs"
