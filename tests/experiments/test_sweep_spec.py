@@ -612,7 +612,7 @@ REFUSED_AT_LOAD: list[tuple[dict[str, Any], dict[str, Any], str]] = [
     ({"topologies": ["nope"]}, {}, r"\[grid\] topologies\[0\]: unknown topology 'nope'"),
     ({"topologies": ["nuna-4die", "missing.toml"]}, {},
      r"\[grid\] topologies\[1\]: .*missing\.toml: topology file not found"),
-    ({"topologies": ["{tmp}/"]}, {}, r"\[grid\] topologies\[0\]: .*: not a regular file"),
+    ({"topologies": ["{tmp}/"]}, {}, r"\[grid\] topologies\[0\]: .*: is a folder, not a topology file"),
     ({"topologies": ["{passwd}"]}, {}, r"\[grid\] topologies\[0\]: .*passwd: TOML syntax error"),
     ({"topologies": ["{fifo}"]}, {}, r"\[grid\] topologies\[0\]: .*pipe\.toml: not a regular file"),
     ({}, {"packet_bytes": 100},
