@@ -246,7 +246,18 @@ def point_id(point: Mapping[str, Any], point_function: str, version: str = __ver
     payload = {"nuna_version": version, "point": dict(point), "point_function": point_function}
     if topology_sha256 is not None:  # absent otherwise, so shipped topologies keep their ids
         payload["topology_sha256"] = topology_sha256
-    return hashlib.sha256(canonical_json(payload).encode("utf-8")).hexdigest()[:16]
+    return hashlib.sha256(canonical_json(payload).encode("utf-8")).hexdigest()[:POINT_ID_DIGITS]
+
+
+#: hex digits of a :func:`point_id`
+POINT_ID_DIGITS = 16
+
+
+def is_point_id(value: Any) -> bool:
+    """Whether ``value`` has the form of a :func:`point_id`: it names a file under a sweep's
+    ``results/``, so a string read from an index must be one and never a path."""
+    return (isinstance(value, str) and len(value) == POINT_ID_DIGITS
+            and all(ch in "0123456789abcdef" for ch in value))
 
 
 def topology_file_sha256(topology: str) -> str | None:

@@ -24,6 +24,7 @@ from typing import Any, Literal
 from nuna import __version__
 from nuna.errors import InputError, UsageError
 from nuna.experiments.executors import Outcome, Task
+from nuna.experiments.spec import is_point_id
 from nuna.fsutil import make_folder, write_atomic
 
 RESULT_FORMAT = "nuna-sweep-result/1"
@@ -275,14 +276,10 @@ def load_results(out_dir: str | Path) -> list[dict[str, Any]]:
     records = []
     for entry in entries:
         # an id names a file under results/: only the hex digits point_id makes, never a path
-        if not isinstance(entry, dict) or not _is_point_id(entry.get("id")):
+        if not isinstance(entry, dict) or not is_point_id(entry.get("id")):
             raise InputError(f"{index_path(folder)}: malformed sweep index")
         task = Task(str(entry.get("id")), function, entry.get("point", {}))
         record = read_result(folder, task, version)
         if record is not None:
             records.append(record)
     return records
-
-
-def _is_point_id(value: Any) -> bool:
-    return isinstance(value, str) and len(value) == 16 and all(ch in "0123456789abcdef" for ch in value)

@@ -28,6 +28,7 @@ from nuna.experiments.spec import (
     config_uses_nar,
     expand,
     fast_forward_spec,
+    is_point_id,
     line_setups_spec,
     load_sweep_spec,
     packet_cap_spec,
@@ -253,6 +254,13 @@ def test_point_id_depends_on_every_input(change: tuple[str, Any]) -> None:
     field_name, value = change
     other = dataclasses.replace(POINT, **{field_name: value})
     assert point_id(other.as_dict(), "m:f") != point_id(POINT.as_dict(), "m:f")
+
+
+def test_point_ids_have_the_form_the_store_accepts_and_paths_do_not() -> None:
+    ids = {point_id(POINT.as_dict(), "m:f", version) for version in ("0.1.0", "0.9.0", "1.0")}
+    assert all(is_point_id(i) for i in ids)
+    for bad in ("../outside", "ABCDEF0123456789", "0123456789abcde", 1234567890123456, None):
+        assert not is_point_id(bad)
 
 
 def test_point_id_depends_on_function_and_version_not_key_order() -> None:
