@@ -534,7 +534,7 @@ def restrict_grid(spec: SweepSpec, overrides: Mapping[str, Sequence[str]]) -> Sw
         tags.append(axis.replace("_", "") + "_".join(names))
     name = "-".join([spec.name, *tags])
     # one path component, without dots (output files are named ``<name>.png``, ``<name>.json``)
-    safe = "".join(ch if ch.isascii() and (ch.isalnum() or ch in "+-_") else "_" for ch in name)
+    safe = _respell(name, "+-_")
     doc = {"sweep": {"name": safe, "point_function": spec.point_function}, "grid": grid,
            "fixed": _fixed(spec)}
     restricted = parse_sweep_spec(doc, source="command line")
@@ -685,12 +685,17 @@ def _int(value: Any, what: str, *, minimum: int, maximum: int | None = None) -> 
 _NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 
 
+def _respell(text: str, keep: str) -> str:
+    """``text`` with every character but ASCII letters, digits and those in ``keep`` spelt ``_``."""
+    return "".join(ch if ch.isascii() and (ch.isalnum() or ch in keep) else "_" for ch in text)
+
+
 def _name(value: Any, source: str, *, default: bool) -> str:
     text = _string(value, source, "[sweep] name")
     if default:
         # the spec file's name: one path component already, so only its spelling is changed
         # ("my spec.toml" -> "my_spec"), as restrict_grid spells its names
-        text = "".join(ch if ch.isascii() and (ch.isalnum() or ch in "._+-") else "_" for ch in text)
+        text = _respell(text, "._+-")
     if not _NAME_PATTERN.fullmatch(text):
         given = f"the default, the file name {value!r}," if default else repr(text)
         raise _fail(source, "[sweep] name", f"{given} is not a plain file name: letters, digits and "
