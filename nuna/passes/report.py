@@ -142,8 +142,7 @@ def compare(plan: Plan, spec: TopologySpec, size_bytes: int, configs: Sequence[s
     ref_cus: np.ndarray | None = None
     ref_pages: np.ndarray | None = None
     ref_time = 0.0
-    for name in configs:
-        cfg = get_config(name)
+    for cfg in cfgs:
         choice = choose_granularity(plan, cfg.name, ctx, nar_granularity if cfg.nar else None, seed=seed)
         placed = apply_choice(plan, cfg.name, ctx, choice)
         result = simulate(placed, spec, size_bytes, seed=seed, packet_bytes=packet_bytes)
