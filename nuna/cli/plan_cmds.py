@@ -17,7 +17,8 @@ from nuna.cli.common import check_outputs, echo_json, parse_size_option
 from nuna.errors import NunaError
 from nuna.fsutil import write_atomic
 from nuna.plan.dag import build_dag, find_cycle, to_networkx
-from nuna.plan.verify import Report, defaulted_warnings, summarize, verify
+from nuna.plan.ir import Plan
+from nuna.plan.verify import Report, defaulted_warnings, gpu_count_mismatch, summarize, verify
 from nuna.plan.xml import load_with_source
 from nuna.units import format_size
 
@@ -83,7 +84,7 @@ def info(
     size_bytes = _size(size)
     plan, source = load_with_source(plan_path)
     s = summarize(plan, size_bytes)
-    warnings = list(source.warnings) + list(defaulted_warnings(plan, source))
+    warnings = _structure_warnings(plan) + list(source.warnings) + list(defaulted_warnings(plan, source))
     if json_out:
         echo_json({"path": str(plan_path), **s.to_dict(), "warnings": warnings})
         return
@@ -114,6 +115,12 @@ def info(
         typer.echo(f"warning: {msg}")
 
 
+def _structure_warnings(plan: Plan) -> list[str]:
+    """What makes the plan unsimulatable yet still describable by info and dag."""
+    mismatch = gpu_count_mismatch(plan)
+    return [] if mismatch is None else [f"{mismatch} (the plan cannot be simulated; see 'nuna validate')"]
+
+
 def _chunk_text(chunks: tuple[tuple[int, int, int], ...]) -> str:
     distinct = sorted(set(chunks))
     if len(distinct) == 1:
@@ -140,6 +147,8 @@ def dag(
     write_atomic(output, "\n".join(nx.generate_graphml(graph)) + "\n")
     typer.echo(f"wrote {output}: {graph.number_of_nodes()} nodes, {graph.number_of_edges()} edges "
                f"({kinds['program']} program, {kinds['dependency']} dependency, {kinds['data']} data)")
+    for msg in _structure_warnings(plan):
+        typer.echo(f"warning: {msg}")
     cycle = find_cycle(replay)
     if cycle is not None:
         typer.echo(f"warning: the graph has a cycle through {len(cycle)} steps (the plan deadlocks); "

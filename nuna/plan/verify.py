@@ -279,12 +279,24 @@ def _check_header(plan: Plan, f: _Findings) -> None:
                "expects \"reducescatter\"")
 
 
+def gpu_count_mismatch(plan: Plan) -> str | None:
+    """What is wrong when ``ngpus`` disagrees with the ``<gpu>`` elements, else None.
+
+    One wording for every command that meets such a plan: validate reports it as an error,
+    simulate refuses the plan, info and dag (which describe the structure as written) warn.
+    """
+    if plan.ngpus == len(plan.gpus):
+        return None
+    return f"ngpus={plan.ngpus} but the plan has {len(plan.gpus)} <gpu> elements"
+
+
 def _check_gpus(plan: Plan, f: _Findings) -> bool:
     """Ids and buffer sizes; False when later checks cannot index GPUs by id."""
     at = f.at_plan()
     ok = True
-    if plan.ngpus >= 1 and len(plan.gpus) != plan.ngpus:
-        f.error(f"{at}<algo>: ngpus={plan.ngpus} but the plan has {len(plan.gpus)} <gpu> elements")
+    mismatch = gpu_count_mismatch(plan)
+    if plan.ngpus >= 1 and mismatch is not None:
+        f.error(f"{at}<algo>: {mismatch}")
         ok = False
     seen: Counter[int] = Counter(g.id for g in plan.gpus)
     for gi, g in enumerate(plan.gpus):

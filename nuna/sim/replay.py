@@ -36,7 +36,7 @@ import numpy.typing as npt
 from nuna.errors import SimulationError, UsageError
 from nuna.plan.dag import NONE, STEP_TYPES, FlatPlan, ReplayDag, build_dag, finish_times, flatten
 from nuna.plan.ir import Plan
-from nuna.plan.verify import SizeFit, size_fit
+from nuna.plan.verify import SizeFit, gpu_count_mismatch, size_fit
 from nuna.sim import engine as eng
 from nuna.sim import fastforward
 from nuna.sim.fastforward import FastForward
@@ -438,9 +438,9 @@ def _prepare(plan: Plan, topology_spec: TopologySpec, size_bytes: int, packet_by
         raise UsageError(f"the largest packet 'auto' may pick must be a power-of-two multiple of the "
                          f"{line}-byte flit, got {opts.max_packet_bytes} B")
     ngpus = plan.ngpus
-    if ngpus != len(plan.gpus):  # first: a huge ngpus must not be expanded into a list
-        raise SimulationError(f"plan {plan.name}: ngpus={ngpus} but the plan has {len(plan.gpus)} "
-                              "<gpu> elements")
+    mismatch = gpu_count_mismatch(plan)  # first: a huge ngpus must not be expanded into a list
+    if mismatch is not None:
+        raise SimulationError(f"plan {plan.name}: {mismatch}")
     if sorted(g.id for g in plan.gpus) != list(range(ngpus)):
         raise SimulationError(f"plan {plan.name}: GPU ids must be 0..{ngpus - 1}")
     flat = flatten(plan)

@@ -208,3 +208,20 @@ def test_dag_into_a_missing_folder(run_cli, tmp_path: Path) -> None:
 def test_dag_needs_an_output(run_cli) -> None:
     res = run_cli("dag", str(FIG7))
     assert res.code == 2
+
+
+@pytest.mark.parametrize("ngpus", [1, 3, 1000])
+def test_info_and_dag_warn_when_ngpus_disagrees_with_the_gpus(run_cli, tmp_path: Path, ngpus: int) -> None:
+    plan = tmp_path / "miscounted.xml"
+    plan.write_text(FIG7.read_text().replace('ngpus="2"', f'ngpus="{ngpus}"', 1))
+    expected = f"ngpus={ngpus} but the plan has 2 <gpu> elements"
+    text = run_cli("info", str(plan), "--size", "4KiB")
+    assert text.code == 0
+    assert f"warning: {expected} (the plan cannot be simulated" in text.out
+    as_json = run_cli("info", str(plan), "--json")
+    assert as_json.code == 0
+    assert any(w.startswith(expected) for w in json.loads(as_json.out)["warnings"])
+    res = run_cli("dag", str(plan), "-o", str(tmp_path / "d.graphml"))
+    assert res.code == 0
+    assert f"warning: {expected}" in res.out
+    assert "warning" not in run_cli("info", str(FIG7)).out
