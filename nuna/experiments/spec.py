@@ -461,6 +461,14 @@ def check_spec_inputs(spec: SweepSpec) -> None:
         topologies = [topology(name, at("topologies", i)) for i, name in enumerate(grid.topologies)]
         for topo in topologies:
             _check_packets(spec, topo.chip.flit_bytes, topo.name)
+            # every collective's buffer on a GPU holds at least the nccl-tests size, so a larger
+            # size certainly fails; the replay's layout checks the exact page count per point
+            memory_bytes = topo.chip.hbm_stacks * topo.chip.pages_per_stack * topo.chip.page_bytes
+            for i, size in enumerate(grid.sizes_bytes):
+                if size > memory_bytes:
+                    raise _fail(source, at("sizes", i), f"{format_size(size)} is more than a GPU of "
+                                f"{topo.name} holds ({format_size(memory_bytes)} in {topo.chip.hbm_stacks} "
+                                "HBM stacks)")
         if any(config_uses_nar(config) for config in grid.configs):
             for i, granularity in enumerate(grid.nar_granularities):
                 for topo in topologies:
@@ -535,6 +543,8 @@ def restrict_grid(spec: SweepSpec, overrides: Mapping[str, Sequence[str]]) -> Sw
     name = "-".join([spec.name, *tags])
     # one path component, without dots (output files are named ``<name>.png``, ``<name>.json``)
     safe = _respell(name, "+-_")
+    if len(safe) > MAX_NAME_CHARS:
+        safe = f"{safe[:_KEEP_CHARS]}-{hashlib.sha256(safe.encode()).hexdigest()[:12]}"
     doc = {"sweep": {"name": safe, "point_function": spec.point_function}, "grid": grid,
            "fixed": _fixed(spec)}
     restricted = parse_sweep_spec(doc, source="command line")
@@ -683,6 +693,12 @@ def _int(value: Any, what: str, *, minimum: int, maximum: int | None = None) -> 
 #: ``OUT/NAME.png`` and ``OUT/sweeps/NAME``), so one plain path component, never ``..``, a
 #: separator or a hidden file. ``+`` is in: :func:`restrict_grid` names grids ``configsUA_NAP+NAR``.
 _NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+#: longest sweep name: it names a folder and files such as ``<name>.json``, well within the
+#: 255 bytes a file name may have on common file systems
+MAX_NAME_CHARS = 100
+#: a name that command-line restrictions made longer keeps this many characters of itself
+#: and a hash of the whole (``-`` and 12 hex digits), so that it stays distinct
+_KEEP_CHARS = MAX_NAME_CHARS - 13
 
 
 def _respell(text: str, keep: str) -> str:
@@ -700,6 +716,11 @@ def _name(value: Any, source: str, *, default: bool) -> str:
         given = f"the default, the file name {value!r}," if default else repr(text)
         raise _fail(source, "[sweep] name", f"{given} is not a plain file name: letters, digits and "
                     "'.', '_', '+', '-', starting with a letter or digit (it names output files)"
+                    + ("; set [sweep] name" if default else ""))
+    if len(text) > MAX_NAME_CHARS:
+        raise _fail(source, "[sweep] name", f"{'the default, the file name,' if default else 'the name'} "
+                    f"has {len(text)} characters, more than the {MAX_NAME_CHARS} a sweep name may have "
+                    "(it names output files)"
                     + ("; set [sweep] name" if default else ""))
     return text
 

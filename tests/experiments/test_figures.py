@@ -512,6 +512,21 @@ def test_cli_figure_refuses_a_spec_name_that_is_a_path(figure_cli: Callable[...,
     assert (tmp_path / "victim" / "owned.json").read_text() == "mine"
 
 
+def test_cli_figure_refuses_a_spec_name_too_long_for_a_file_before_making_folders(
+        figure_cli: Callable[..., Any], tmp_path: Path) -> None:
+    # 300 characters made OUT/sweeps and then failed with "File name too long"
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    text = (REPO / "scripts" / "sweeps" / "fig10.toml").read_text()
+    (specs / "fig10.toml").write_text(re.sub(r'(?m)^name = ".*"$', f'name = "{"y" * 300}"', text))
+    res = figure_cli("figure", "fig10", "-o", tmp_path / "out", "--spec-dir", specs, "--quick", "-j", "1",
+                     "-q")
+    assert res.code == 1
+    assert res.err.count("\n") == 1
+    assert "fig10.toml: [sweep] name: the name has 300 characters, more than the 100" in res.err
+    assert not (tmp_path / "out").exists()
+
+
 def test_cli_figure_checks_command_line_values_against_the_spec_before_running(
         figure_cli: Callable[..., Any], tmp_path: Path) -> None:
     res = figure_cli("figure", "fig10", "--quick", "-o", tmp_path / "out", "--tbs-per-peer", "100000000")

@@ -23,6 +23,7 @@ from nuna.experiments.spec import (
     CONFIGS,
     DEFAULT_POINT_FUNCTION,
     HEURISTIC,
+    MAX_NAME_CHARS,
     Point,
     SweepSpec,
     config_uses_nar,
@@ -371,6 +372,29 @@ def test_restrict_grid_replaces_axes_names_the_result_and_keeps_point_identities
     assert len(part_ids) == 3 * 2 * 1 * 2
 
 
+def test_restrict_grid_keeps_a_long_name_short_and_distinct() -> None:
+    full = load_sweep_spec(Path(__file__).resolve().parents[2] / "scripts" / "sweeps" / "fig9.toml")
+    many = [f"{n}KiB" for n in range(100, 140)]
+    names = {restrict_grid(full, {"sizes": sizes}).name for sizes in (many, many[:-1], many[1:])}
+    assert len(names) == 3
+    for name in names:
+        assert len(name) == MAX_NAME_CHARS
+        assert re.fullmatch(r"fig9-sizes10[01]KiB_10[12]KiB_[0-9KiB_]+-[0-9a-f]{12}", name), name
+    assert restrict_grid(full, {"sizes": many}).name in names  # the same restriction, the same name
+    assert restrict_grid(full, {"sizes": many[:3]}).name == "fig9-sizes100KiB_101KiB_102KiB"
+
+
+@pytest.mark.parametrize("length", [100, 101])
+def test_a_sweep_name_has_at_most_100_characters(write_spec: Callable[..., Path], length: int) -> None:
+    doc = {"sweep": {"name": "n" * length}, "grid": BASE["grid"]}
+    path = write_spec(_toml(doc), name="named.toml")
+    if length <= MAX_NAME_CHARS:
+        assert load_sweep_spec(path).name == "n" * length
+    else:
+        with pytest.raises(InputError, match=r"name: the name has 101 characters, more than the 100 "):
+            load_sweep_spec(path)
+
+
 @pytest.mark.parametrize(("axis", "values", "message"), [
     ("gpus", ["1"], r"gpus\[0\]: GPU count must be between 2"),
     ("gpus", ["eight"], r"gpus\[0\]: expected an integer"),
@@ -638,6 +662,9 @@ REFUSED_AT_LOAD: list[tuple[dict[str, Any], dict[str, Any], str]] = [
     ({"gpus": [8, 4096], "collectives": ["allreduce"]}, {}, r"\[grid\] gpus\[1\]: .*steps, more than"),
     ({"also": [{"gpus": [64], "tbs_per_peer": [50000]}]}, {}, r"\[\[grid.also\]\] #1 tbs_per_peer\[0\]"),
     ({"tbs_per_peer": [1, 4]}, {"algo": "ring"}, r"\[grid\] tbs_per_peer\[1\]: .*direct algorithm"),
+    ({"sizes": ["1MiB", "577GiB"]}, {}, r"\[grid\] sizes\[1\]: 577GiB is more than a GPU of nuna-4die holds "
+     r"\(576GiB in 16 HBM stacks\)"),
+    ({"also": [{"sizes": ["100000GiB"]}]}, {}, r"\[\[grid.also\]\] #1 sizes\[0\]: 100000GiB is more than"),
 ]
 
 
@@ -678,5 +705,8 @@ def test_load_checks_against_the_topology_without_loading_the_simulator(
                                    "collectives": ["allreduce"]}, "fixed": {"packet_bytes": 768}}
     spec = load_sweep_spec(write_spec(_toml(doc), name="good.toml"))
     assert (spec.packet_bytes, spec.tbs_per_peer) == (768, (144,))
+    # a GPU's whole memory (nuna-4die: 16 stacks of 36 GiB) is the largest size refused only per point
+    doc = {"grid": BASE["grid"] | {"sizes": ["576GiB"]}}
+    assert load_sweep_spec(write_spec(_toml(doc), name="full.toml")).sizes_bytes == (576 << 30,)
     for name in ("fig9", "fig10", "fig11", "fig12", "fig13", "fig14", "quick", "headroom"):
         load_sweep_spec(REPO / "scripts" / "sweeps" / f"{name}.toml")
