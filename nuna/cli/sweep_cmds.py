@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from nuna.cli.common import ExecutorName, SweepProgressBar
-from nuna.experiments.store import check_reuse_folder
+from nuna.experiments.store import check_reuse_folders
 from nuna.experiments.sweep import (
     SweepSummary,
     load_sweep_spec,
@@ -51,8 +51,7 @@ def sweep(
     if scheduler is not None and jobs is not None:
         raise typer.BadParameter("the cluster at --scheduler sets its workers", param_hint="--jobs")
     spec = load_sweep_spec(spec_path)
-    for folder in reuse:  # checked before a dry run too, which would not look at them
-        check_reuse_folder(folder)
+    check_reuse_folders(reuse, out)  # before a dry run too, which would not look at them
     if dry_run:
         status = sweep_status(spec, out)
         typer.echo(f"sweep {status.name}: {status.total} points: {status.ok} done, "

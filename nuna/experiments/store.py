@@ -91,6 +91,14 @@ def check_reuse_folder(folder: Path) -> None:
                          "so no results to reuse")
 
 
+def check_reuse_folders(reuse: Sequence[Path], out_dir: Path) -> None:
+    """:func:`check_reuse_folder` on each folder of ``reuse`` but ``out_dir`` itself, which
+    :func:`adopt_results` skips (its results are already where they would be copied)."""
+    for folder in reuse:
+        if folder.resolve() != Path(out_dir).resolve():
+            check_reuse_folder(folder)
+
+
 def prepare(out_dir: Path) -> None:
     """Create the folder layout; raise ``InputError`` if ``out_dir`` cannot be a sweep folder."""
     make_folder(out_dir, "sweep folder")

@@ -149,9 +149,7 @@ def run_sweep(
     folder = Path(out_dir)
     # before anything is written: a refused folder is left as it was
     store.check_output_folder(folder)
-    for source in reuse:
-        if source.resolve() != folder.resolve():  # the folder itself is skipped, as adopt_results does
-            store.check_reuse_folder(source)
+    store.check_reuse_folders(reuse, folder)
     pairs = tasks_of(spec)
     tasks = [task for task, _ in pairs]
     labels = {task.point_id: point.label() for task, point in pairs}

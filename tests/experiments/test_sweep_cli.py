@@ -55,6 +55,27 @@ def test_reuse_copies_results_of_another_folder(run_cli: Callable[..., Any], fak
     assert not (tmp_path / "third").exists()
 
 
+def test_reuse_of_the_output_folder_itself_is_skipped_as_the_library_skips_it(
+        run_cli: Callable[..., Any], fake_points: str, write_spec: Callable[..., Path],
+        tmp_path: Path) -> None:
+    # the command used to refuse an existing, empty output folder as "not a sweep folder"
+    spec_path = write_spec()
+    total = len(expand(load_sweep_spec(spec_path)))
+    out = tmp_path / "out"
+    out.mkdir()
+    dry = run_cli("sweep", spec_path, "-o", out, "--reuse", out, "--dry-run")
+    assert dry.code == 0, dry.err
+    assert f"{total} points: 0 done, 0 failed, {total} pending" in dry.out
+    run = run_cli("sweep", spec_path, "-o", out, "-j", "1", "-q", "--reuse", out)
+    assert run.code == 0, run.err
+    assert f"{total} points, 0 already done, {total} ran" in run.out
+    # any other folder is still checked
+    (tmp_path / "plain").mkdir()
+    refused = run_cli("sweep", spec_path, "-o", out, "--reuse", tmp_path / "plain", "--dry-run")
+    assert refused.code == 1
+    assert "plain: not a sweep folder" in refused.err
+
+
 def test_failures_exit_1_and_are_listed(run_cli: Callable[..., Any], fake_points: str,
                                         write_spec: Callable[..., Path], tmp_path: Path,
                                         monkeypatch: pytest.MonkeyPatch) -> None:
