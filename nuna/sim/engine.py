@@ -1483,7 +1483,9 @@ def _grow_jobs(j_bytes: I8, j_cls: Any, used: int, need: int) -> tuple:
 # the same along a page, to a row of job slots with one column per I/O port (+1: none). A line
 # then finds its class by the port alone; the table is looked up once per run of lines on the
 # same pages. ``tab`` rows: key (-1 free), first column of its row in ``slots``; ``used`` lists
-# the table rows in use. Tables start small and double, so that a node's classes stay in cache.
+# the table rows in use. The tables are made once, for the most rows any node can open (at most
+# one per run, and at most ``max_open``), and never reassigned: numba reference-counts an array
+# that a loop reassigns at every use, which took half of build_jobs' time when they doubled.
 
 @njit(cache=True)
 def _probe(tab: I8, key: int) -> Any:
@@ -1496,29 +1498,19 @@ def _probe(tab: I8, key: int) -> Any:
 
 
 @njit(cache=True)
-def _class_row(tab: I8, used: I8, slots: I8, count: int, key: int, width: int) -> tuple:
-    """``(tab, used, slots, count, column)``: the first column of the row of stacks ``key``,
-    a new row (all slots -1) if it is not in the table, which holds ``count`` rows."""
+def _class_row(tab: I8, used: I8, count: int, key: int, width: int) -> tuple:
+    """``(count, column)``: the first column of the row of stacks ``key`` (its slots in the
+    ``slots`` array), a new row if it is not in the table, which holds ``count`` rows and has
+    room for one more (its slots are all -1 until a line opens them)."""
     h = _probe(tab, key)
     if tab[h, 0] >= 0:
-        return tab, used, slots, count, tab[h, 1]
-    if 2 * (count + 1) > tab.shape[0]:
-        grown = np.full((2 * tab.shape[0], 2), -1, np.int64)
-        moved = np.zeros(2 * tab.shape[0], np.int64)
-        for u in range(count):
-            g = _probe(grown, tab[used[u], 0])
-            grown[g] = tab[used[u]]
-            moved[u] = g
-        tab, used = grown, moved
-        h = _probe(tab, key)
-    if (count + 1) * width > slots.shape[0]:
-        more = np.full(2 * slots.shape[0], -1, np.int64)
-        more[:slots.shape[0]] = slots
-        slots = more
+        return count, tab[h, 1]
+    if count >= used.shape[0]:  # build_jobs' bound on the rows was wrong: never write past it
+        raise IndexError("build_jobs: more route classes than the table was made for")
     tab[h, 0] = key
     tab[h, 1] = count * width
     used[count] = h
-    return tab, used, slots, count + 1, count * width
+    return count + 1, count * width
 
 
 @njit(cache=True)
@@ -1568,16 +1560,27 @@ def build_jobs(n_bytes: I8, n_gpu: I4, n_peer: I4, n_addr: I8, page_base: I8, pa
     for r in range(dom_ports.shape[0]):
         for c in range(dom_ports.shape[1]):
             width = max(width, dom_ports[r, c] + 2)
-    tab = np.full((1 << 10, 2), -1, np.int64)
-    used = np.zeros(1 << 10, np.int64)
-    slots = np.full(64 * width, -1, np.int64)
     nclass = 0  # rows in the table
     nopen = 0  # classes (rows x ports) open
     max_lines = 1
+    max_rows = 1  # class rows one node may open: one per run, a run ending where a page does
     for n in range(nn):
         lines = (n_bytes[n] + line_bytes - 1) // line_bytes
         if lines > max_lines:
             max_lines = lines
+        runs = min(lines, 1 + 4 * (n_bytes[n] // page_bytes + 1))
+        if runs > max_rows:
+            max_rows = runs
+    if packet_bytes <= line_bytes:
+        max_rows = 1  # every line is its own job: no classes
+    # a new row opens a class in its run, so a row beyond max_open + 1 would first close them all
+    max_rows = min(max_rows, max_open + 1)
+    rows = 1 << 4
+    while rows < 2 * max_rows:  # at most half full, for short probes
+        rows <<= 1
+    tab = np.full((rows, 2), -1, np.int64)
+    used = np.zeros(max_rows, np.int64)
+    slots = np.full(max_rows * width, -1, np.int64)
     acc = np.zeros(max_lines, np.int64)  # bytes of each of the current node's jobs
     centre = np.zeros(max_lines, np.float64)  # sum of each job's line indices
     n_job_ptr[0] = 0
@@ -1607,19 +1610,21 @@ def build_jobs(n_bytes: I8, n_gpu: I4, n_peer: I4, n_addr: I8, page_base: I8, pa
                 key = ((s1 + 1) * 2048 + (s2 + 1)) * 2048 + (s3 + 1)
                 first = -1
                 if packet_bytes > line_bytes:
-                    tab, used, slots, nclass, first = _class_row(tab, used, slots, nclass, key, width)
+                    nclass, first = _class_row(tab, used, nclass, key, width)
                 phys = page_phys[pg3] + w3 if pg3 >= 0 else 0
                 # a remote store's I/O port: the address hash (of the line's granule) over the
                 # ports of the NAR domain of the step (``n_domain``) or of the destination stack
                 # (``owner``), as nuna.topology.address.io_port (a row of ``nar_port_table``)
-                ports = dom_ports[(owner[s3] if n_domain[n] < 0 else n_domain[n]) if pg3 >= 0 else 0]
+                prow = (owner[s3] if n_domain[n] < 0 else n_domain[n]) if pg3 >= 0 else 0
                 for i in range(run):
                     line = li + i
                     off = line * line_bytes
                     b = line_bytes if off + line_bytes <= nbytes else nbytes - off
                     port = np.int64(-1)
                     if pg3 >= 0:
-                        port = ports[np.int64(mix64((phys + i * line_bytes) >> hash_shift) % nports)]
+                        # (a row index, not a row view: a view made per run is reference-counted)
+                        hashed = np.int64(mix64((phys + i * line_bytes) >> hash_shift) % nports)
+                        port = dom_ports[prow, hashed]
                     if first >= 0:
                         col = first + port + 1
                         j = slots[col]
@@ -1629,8 +1634,6 @@ def build_jobs(n_bytes: I8, n_gpu: I4, n_peer: I4, n_addr: I8, page_base: I8, pa
                             continue
                         if j < 0:
                             if nopen >= max_open:
-                                # (no array is reassigned in this loop: numba would then reload
-                                # and reference-count them at every line, 2x slower)
                                 _close_classes(tab, used, slots, nclass, width)
                                 nclass, nopen, first = 1, 0, _reopen(tab, used, key)
                                 col = first + port + 1
@@ -1646,6 +1649,9 @@ def build_jobs(n_bytes: I8, n_gpu: I4, n_peer: I4, n_addr: I8, page_base: I8, pa
                     j_cls[k, 4] = s3
                     count += 1
                 li += run
+                if li >= nlines:
+                    # (the pages after a buffer's last line may lie past the last GPU's pages)
+                    break
                 step = run * line_bytes
                 pg0, w0, s0 = _next_line_page(pg0, w0, s0, step, page_bytes, page_stack)
                 pg1, w1, s1 = _next_line_page(pg1, w1, s1, step, page_bytes, page_stack)

@@ -9,6 +9,10 @@ table; the reference below goes line by line with a dict, dividing as the defini
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -129,3 +133,36 @@ def test_many_classes_grow_the_class_table() -> None:
     assert ptr.tolist() == want_ptr
     assert j_bytes[:total].tolist() == want_bytes
     assert [tuple(row) for row in j_cls[:total].tolist()] == want_cls
+
+
+_BOUNDS_SCRIPT = """
+import numpy as np
+from nuna.sim import engine as eng
+from nuna.topology.address import nar_port_table, stack_domains
+from nuna.topology.spec import load_topology
+spec = load_topology("nuna-4die")
+page = spec.chip.page_bytes
+npages = 24  # per GPU, two GPUs: GPU 1's last page is the last of page_stack
+page_stack = np.arange(2 * npages, dtype=np.int64) % 16
+page_phys = (np.arange(2 * npages, dtype=np.int64) * 16 + page_stack) * page
+for line, packets in ((256, 1), (256, 4), (200, 3), (5000, 2)):
+    for size in (1, 257, 3 * page, 3 * page + 1):
+        end = npages * page - size  # every address's last byte on the last page of its GPU
+        args = (np.array([size], np.int64), np.array([1], np.int32), np.array([1], np.int32),
+                np.array([[end, end, end, end]], np.int64), np.array([0, npages], np.int64), page_stack,
+                page_phys, page, spec.chip.address_hash_granularity_bytes, stack_domains(spec, 2),
+                nar_port_table(spec, 2), np.array([-1], np.int64), line, line * packets)
+        eng.build_jobs(*args, np.zeros(2, np.int64), 1)
+print("ok")
+"""
+
+
+def test_build_jobs_stays_within_its_arrays(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Compiled with numba's bounds checks (in a cache of its own): buffers that end on the last
+    page of the last GPU. The page walk used to look up the stack of the page after a step's
+    last line, one past the end of ``page_stack`` there: a read the unchecked build never noticed."""
+    env = dict(os.environ, NUMBA_BOUNDSCHECK="1", NUMBA_CACHE_DIR=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", _BOUNDS_SCRIPT], env=env, capture_output=True, text=True,
+                         check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "ok"
