@@ -7,9 +7,10 @@ error goes to stderr as one ``nuna: error: ...`` line; results, warnings and not
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -22,6 +23,9 @@ from nuna.plan.verify import Report, defaulted_warnings, gpu_count_mismatch, sum
 from nuna.plan.xml import load_with_source
 from nuna.units import format_size
 
+if TYPE_CHECKING:
+    from nuna.topology.spec import TopologySpec
+
 
 def _size(text: str | None) -> int | None:
     return None if text is None else parse_size_option(text)
@@ -31,12 +35,17 @@ def _err(msg: str) -> None:
     print(f"nuna: error: {msg}", file=sys.stderr)
 
 
-def _validate_one(path: Path, strict: bool) -> tuple[Report, dict[str, Any] | None]:
+def _validate_one(path: Path, strict: bool,
+                  spec: TopologySpec | None) -> tuple[Report, dict[str, Any] | None]:
     try:
         plan, source = load_with_source(path)
     except NunaError as err:
         return Report((str(err),), (), ()), None
     report = verify(plan, strict=strict, source=source)
+    if spec is not None:
+        from nuna.topology.fit import placement_problems
+
+        report = dataclasses.replace(report, errors=report.errors + placement_problems(plan, spec))
     s = summarize(plan)
     return report, {"collective": s.collective, "ngpus": s.ngpus, "threadblocks": sum(s.threadblocks_per_gpu),
                     "steps": s.total_steps}
@@ -47,12 +56,18 @@ def validate(
     json_out: bool = typer.Option(False, "--json", help="Print a structured report of every plan."),
     strict: bool = typer.Option(False, "--strict", help="Treat every warning (races, executor limits, "
                                 "defaulted attributes) as an error."),
+    topology: str | None = typer.Option(None, "--topology", help="Also check the placement annotations "
+                                        "against this chip (name or .toml path): CUs, HBM stacks, NAR "
+                                        "granularity."),
 ) -> None:
     """Check plans: structure, FIFO matching, deadlock freedom and the collective's result."""
-    results = [(path, *_validate_one(path, strict)) for path in plans]
+    from nuna.topology.spec import load_topology  # only when asked: validate stays light
+
+    spec = None if topology is None else load_topology(topology)
+    results = [(path, *_validate_one(path, strict, spec)) for path in plans]
     all_ok = all(report.ok for _, report, _ in results)
     if json_out:
-        echo_json({"ok": all_ok, "strict": strict,
+        echo_json({"ok": all_ok, "strict": strict, "topology": None if spec is None else spec.name,
                    "plans": [{"path": str(path), **report.to_dict(), "summary": info}
                              for path, report, info in results]})
     else:

@@ -1,0 +1,44 @@
+"""Whether a plan's placement annotations fit a chip.
+
+The plan layer checks annotations on their own (``nuna.plan.verify``: a CU is not negative, a
+chunk lies in its buffer); only a topology says how many CUs and HBM stacks a chip has and which
+numbers of NAR domains its ports allow. ``nuna validate --topology`` reports these here, so that
+a hand-written or foreign placement is found wrong before a replay refuses it.
+"""
+
+from __future__ import annotations
+
+from nuna.plan.ir import Plan
+from nuna.topology.address import nar_granularities
+from nuna.topology.spec import TopologySpec
+
+
+def placement_problems(plan: Plan, spec: TopologySpec) -> tuple[str, ...]:
+    """One line per kind of annotation that names what ``spec``'s chip does not have: a CU or
+    HBM stack beyond its count (the first offender named, the others counted), a NAR
+    granularity its ports do not allow. Negative numbers are left to ``nuna.plan.verify``."""
+    chip = spec.chip
+    pl = plan.placement
+    problems: list[str] = []
+    g = pl.nar_granularity
+    valid = nar_granularities(spec)
+    if g is not None and g >= 1 and g not in valid:
+        problems.append(f"placement: NAR granularity {g} is not valid for {spec.name} "
+                        f"(valid: {', '.join(map(str, valid))})")
+    bad_tbs = [tp for tp in pl.threadblocks if tp.cu >= chip.cus]
+    if bad_tbs:
+        tp = bad_tbs[0]
+        problems.append(f"placement: {_count(len(bad_tbs), 'threadblock')} on a CU that {spec.name} does "
+                        f"not have (it has {chip.cus}: 0..{chip.cus - 1}), first gpu {tp.gpu} tb {tp.tb} "
+                        f"on CU {tp.cu}")
+    bad_chunks = [cp for cp in pl.chunks if cp.stack >= chip.hbm_stacks]
+    if bad_chunks:
+        cp = bad_chunks[0]
+        problems.append(f"placement: {_count(len(bad_chunks), 'chunk placement')} on an HBM stack that "
+                        f"{spec.name} does not have (it has {chip.hbm_stacks}: 0..{chip.hbm_stacks - 1}), "
+                        f"first gpu {cp.gpu} {cp.buffer.name.lower()} chunk {cp.chunk} on stack {cp.stack}")
+    return tuple(problems)
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n:,} {what}{'s' * (n != 1)}"
