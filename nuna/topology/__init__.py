@@ -4,7 +4,7 @@
 single source of truth for nodes, edges and precomputed paths); ``build`` makes networkx graphs
 from it; ``routing`` holds X-then-Y and endpoint routes; ``address`` the page, port-hash and
 NAR domain maps; ``latency`` the uncontended characterization and calibration figures;
-``render`` the pictures.
+``render`` the pictures; ``fit`` whether a plan's placement annotations fit a chip.
 """
 
 from nuna.topology.address import (
