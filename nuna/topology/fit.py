@@ -28,16 +28,20 @@ def placement_problems(plan: Plan, spec: TopologySpec) -> tuple[str, ...]:
     bad_tbs = [tp for tp in pl.threadblocks if tp.cu >= chip.cus]
     if bad_tbs:
         tp = bad_tbs[0]
-        problems.append(f"placement: {_count(len(bad_tbs), 'threadblock')} on a CU that {spec.name} does "
-                        f"not have (it has {chip.cus}: 0..{chip.cus - 1}), first gpu {tp.gpu} tb {tp.tb} "
-                        f"on CU {tp.cu}")
+        problems.append(_beyond(_count(len(bad_tbs), "threadblock"), "a CU", spec.name, chip.cus,
+                                f"gpu {tp.gpu} tb {tp.tb} on CU {tp.cu}"))
     bad_chunks = [cp for cp in pl.chunks if cp.stack >= chip.hbm_stacks]
     if bad_chunks:
         cp = bad_chunks[0]
-        problems.append(f"placement: {_count(len(bad_chunks), 'chunk placement')} on an HBM stack that "
-                        f"{spec.name} does not have (it has {chip.hbm_stacks}: 0..{chip.hbm_stacks - 1}), "
-                        f"first gpu {cp.gpu} {cp.buffer.name.lower()} chunk {cp.chunk} on stack {cp.stack}")
+        problems.append(_beyond(_count(len(bad_chunks), "chunk placement"), "an HBM stack", spec.name,
+                                chip.hbm_stacks, f"gpu {cp.gpu} {cp.buffer.name.lower()} chunk {cp.chunk} "
+                                f"on stack {cp.stack}"))
     return tuple(problems)
+
+
+def _beyond(items: str, resource: str, chip_name: str, count: int, first: str) -> str:
+    return (f"placement: {items} on {resource} that {chip_name} does not have (it has {count}: "
+            f"0..{count - 1}), first {first}")
 
 
 def _count(n: int, what: str) -> str:
