@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -76,6 +77,11 @@ def test_cli_validate_checks_the_placement_against_a_topology(run_cli, tmp_path:
     assert small.out.startswith(f"{path}: invalid (2 errors")
     assert small.err.count("\n") == 2
     assert "on a CU that mi300x-like does not have" in small.err
+    report = json.loads(run_cli("validate", str(path), "--topology", "mi300x-like", "--json").out)
+    assert report["topology"] == "mi300x-like"
+    assert not report["ok"]
+    assert len(report["plans"][0]["errors"]) == 2
+    assert json.loads(run_cli("validate", str(path), "--json").out)["topology"] is None
     unknown = run_cli("validate", str(path), "--topology", "no-such-chip")
     assert unknown.code == 1
     assert unknown.err.startswith("nuna: error: unknown topology 'no-such-chip'")
