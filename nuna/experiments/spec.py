@@ -463,7 +463,7 @@ def check_spec_inputs(spec: SweepSpec) -> None:
             _check_packets(spec, topo.chip.flit_bytes, topo.name)
             # every collective's buffer on a GPU holds at least the nccl-tests size, so a larger
             # size certainly fails; the replay's layout checks the exact page count per point
-            memory_bytes = topo.chip.hbm_stacks * topo.chip.pages_per_stack * topo.chip.page_bytes
+            memory_bytes = topo.chip.memory_pages * topo.chip.page_bytes
             for i, size in enumerate(grid.sizes_bytes):
                 if size > memory_bytes:
                     raise _fail(source, at("sizes", i), f"{format_size(size)} is more than a GPU of "
@@ -496,19 +496,16 @@ def check_spec_inputs(spec: SweepSpec) -> None:
 
 
 def _check_packets(spec: SweepSpec, flit_bytes: int, topology: str) -> None:
-    """The simulator's packet rules (``nuna.sim.replay``): whole flits, and a cap on ``"auto"``
-    of a power-of-two number of flits."""
-    packets = spec.packet_bytes
-    if packets != AUTO and (not isinstance(packets, int) or packets < flit_bytes or packets % flit_bytes):
-        raise _fail(spec.source, "[fixed] packet_bytes", f"packet size must be 'auto' or a multiple of "
-                    f"the {flit_bytes}-byte flit of {topology}, got {packets}")
+    """The simulator's packet rules (``nuna.topology.fit``)."""
+    from nuna.topology.fit import packet_cap_problem, packet_problem
+
+    problem = packet_problem(spec.packet_bytes, flit_bytes, topology)
+    if problem is not None:
+        raise _fail(spec.source, "[fixed] packet_bytes", problem)
     cap = spec.max_packet_bytes
-    if cap is not None:
-        lines = cap // flit_bytes
-        if cap % flit_bytes or lines < 1 or lines & (lines - 1):
-            raise _fail(spec.source, "[fixed] max_packet_bytes", f"the largest packet 'auto' may pick "
-                        f"must be a power-of-two multiple of the {flit_bytes}-byte flit of {topology}, "
-                        f"got {cap} B")
+    problem = None if cap is None else packet_cap_problem(cap, flit_bytes, topology)
+    if problem is not None:
+        raise _fail(spec.source, "[fixed] max_packet_bytes", problem)
 
 
 #: grid axes a command line may restrict (or, for ``topologies``, replace), by their spec-file key

@@ -166,8 +166,7 @@ def memory_layout(plan: Plan, spec: TopologySpec, size_bytes: int, flat: FlatPla
             off += int(flat.count[n]) * cb
         gpu_pages[g] = start_page + -(-off // page)
     # before the page arrays are made: a size beyond the GPU's memory would fail there, less clearly
-    capacity = chip.hbm_stacks * chip.pages_per_stack
-    if ngpu_slots and int(gpu_pages.max()) > capacity:
+    if ngpu_slots and int(gpu_pages.max()) > chip.memory_pages:
         g = int(gpu_pages.argmax())
         raise SimulationError(f"gpu {g}: buffers of {int(gpu_pages[g])} pages of {page} B at this size "
                               f"exceed its memory ({chip.hbm_stacks} HBM stacks of {chip.pages_per_stack} "

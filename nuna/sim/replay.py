@@ -45,6 +45,7 @@ from nuna.sim.network import EDGE_CLASSES, WAIT_CLASSES, PodNet, RouterParams, b
 from nuna.sim.result import PORT_WAIT_CLASSES, ChipLinkTable, LatencyStats, SimResult, Skip
 from nuna.topology.address import nar_port_table, stack_domains, store_domains_by_cu
 from nuna.topology.build import local_node
+from nuna.topology.fit import packet_cap_problem, packet_problem
 from nuna.topology.geometry import ChipGeometry
 from nuna.topology.spec import TopologySpec
 
@@ -427,16 +428,13 @@ def _prepare(plan: Plan, topology_spec: TopologySpec, size_bytes: int, packet_by
     spec = topology_spec
     chip = spec.chip
     line = chip.flit_bytes
-    if packet_bytes != "auto" and (isinstance(packet_bytes, bool) or not isinstance(packet_bytes, int)
-                                   or packet_bytes < line or packet_bytes % line):
-        raise UsageError(f"packet size must be 'auto' or a multiple of the {line}-byte flit, "
-                         f"got {packet_bytes!r}")
+    problem = packet_problem(packet_bytes, line)
+    if problem is not None:
+        raise UsageError(problem)
     _check_options(opts)
-    cap_lines = opts.max_packet_bytes // line
-    bad_cap = opts.max_packet_bytes % line or cap_lines < 1 or cap_lines & (cap_lines - 1)
-    if packet_bytes == "auto" and bad_cap:
-        raise UsageError(f"the largest packet 'auto' may pick must be a power-of-two multiple of the "
-                         f"{line}-byte flit, got {opts.max_packet_bytes} B")
+    problem = packet_cap_problem(opts.max_packet_bytes, line) if packet_bytes == "auto" else None
+    if problem is not None:
+        raise UsageError(problem)
     ngpus = plan.ngpus
     mismatch = gpu_count_mismatch(plan)  # first: a huge ngpus must not be expanded into a list
     if mismatch is not None:

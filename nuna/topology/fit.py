@@ -1,9 +1,11 @@
-"""Whether a plan's placement annotations fit a chip.
+"""Whether what a run names fits a chip: a plan's placement annotations, packet sizes.
 
 The plan layer checks annotations on their own (``nuna.plan.verify``: a CU is not negative, a
 chunk lies in its buffer); only a topology says how many CUs and HBM stacks a chip has and which
 numbers of NAR domains its ports allow. ``nuna validate --topology`` reports these here, so that
-a hand-written or foreign placement is found wrong before a replay refuses it.
+a hand-written or foreign placement is found wrong before a replay refuses it. Packet sizes are
+whole flits of the chip: the replay refuses other sizes, and a sweep spec checks its values at
+load with the same functions (without loading the simulator) and the same words.
 """
 
 from __future__ import annotations
@@ -46,3 +48,26 @@ def _beyond(items: str, resource: str, chip_name: str, count: int, first: str) -
 
 def _count(n: int, what: str) -> str:
     return f"{n:,} {what}{'s' * (n != 1)}"
+
+
+def packet_problem(packet_bytes: object, flit_bytes: int, chip: str | None = None) -> str | None:
+    """Why ``packet_bytes`` is not a packet size (``"auto"`` or a whole number of flits), or
+    None; ``chip`` names the topology in the message."""
+    if packet_bytes == "auto" or (isinstance(packet_bytes, int) and not isinstance(packet_bytes, bool)
+                                  and packet_bytes >= flit_bytes and packet_bytes % flit_bytes == 0):
+        return None
+    return f"packet size must be 'auto' or a multiple of the {_flit(flit_bytes, chip)}, got {packet_bytes!r}"
+
+
+def packet_cap_problem(max_packet_bytes: int, flit_bytes: int, chip: str | None = None) -> str | None:
+    """Why ``max_packet_bytes`` cannot cap what ``"auto"`` picks (a power-of-two number of
+    flits: ``auto`` doubles its packet from one flit), or None."""
+    lines = max_packet_bytes // flit_bytes
+    if max_packet_bytes % flit_bytes == 0 and lines >= 1 and lines & (lines - 1) == 0:
+        return None
+    return (f"the largest packet 'auto' may pick must be a power-of-two multiple of the "
+            f"{_flit(flit_bytes, chip)}, got {max_packet_bytes} B")
+
+
+def _flit(flit_bytes: int, chip: str | None) -> str:
+    return f"{flit_bytes}-byte flit" + (f" of {chip}" if chip else "")

@@ -113,6 +113,11 @@ class ChipSpec:
     def pages_per_stack(self) -> int:
         return self.hbm_stack_capacity_bytes // self.page_bytes
 
+    @property
+    def memory_pages(self) -> int:
+        """Pages one GPU holds: what its buffers may take at most."""
+        return self.hbm_stacks * self.pages_per_stack
+
 
 @dataclass(frozen=True, slots=True)
 class ScaleUpSpec:

@@ -86,3 +86,16 @@ def test_cli_validate_checks_the_placement_against_a_topology(run_cli, tmp_path:
     assert unknown.code == 1
     assert unknown.err.startswith("nuna: error: unknown topology 'no-such-chip'")
     assert unknown.err.count("\n") == 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(size=st.integers(-512, 1 << 20), flit=st.sampled_from([64, 256, 200]))
+def test_packet_sizes_are_auto_or_whole_flits_and_caps_powers_of_two_flits(size: int, flit: int) -> None:
+    from nuna.topology.fit import packet_cap_problem, packet_problem
+
+    assert packet_problem("auto", flit) is None
+    assert (packet_problem(size, flit) is None) == (size >= flit and size % flit == 0)
+    lines = size // flit
+    assert (packet_cap_problem(size, flit) is None) == (size >= flit and size % flit == 0
+                                                        and lines & (lines - 1) == 0)
+    assert "of nuna-4die" in (packet_problem(flit + 1, flit, "nuna-4die") or "")
