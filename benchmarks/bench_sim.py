@@ -78,13 +78,16 @@ def _case(name: str, gpus: int, size: int, tbs: int, packet: str,
 
 
 def _compile_probe() -> dict[str, Any]:
-    """First replay of a process: compile (or load) the kernels, then time a tiny run."""
+    """First replays of a process: compile (or load) the kernels, then time tiny runs, one of
+    each replay loop (one queue, windowed: two entry points) and a NoC run."""
     t0 = time.perf_counter()
     from nuna.plan.generate import generate
-    from nuna.sim import run_noc, simulate
+    from nuna.sim import SimOptions, run_noc, simulate
     from nuna.topology.spec import load_topology
 
-    simulate(generate("allgather", 2), load_topology("nuna-4die"), 64 * 1024)
+    plan, topology = generate("allgather", 2), load_topology("nuna-4die")
+    simulate(plan, topology, 64 * 1024)
+    simulate(plan, topology, 64 * 1024, options=SimOptions(windowed=True))
     run_noc(4, 4, "uniform", 0.1, 1, cycles=200)
     return {"case": "compile", "wall_s": time.perf_counter() - t0}
 

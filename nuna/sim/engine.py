@@ -934,6 +934,14 @@ def request(net: Any, st: Any, p: int) -> None:
 
 
 @_hot
+def _id64(x: Any) -> Any:
+    """``x`` as an int64. Packet and edge rows are int32, and an int32 id passed on would compile
+    a second copy of each function it reaches (the event loop passes int64 ids): numba's cache
+    index had two entries for eight of them."""
+    return np.int64(x)
+
+
+@_hot
 def _head_ready(net: Any, st: Any, p: int, k: int, now: float) -> None:
     """``p`` is now the head of virtual channel row ``k``: it bids once its set-up is done."""
     if st.vf[k, VF_READY] > now:
@@ -947,7 +955,7 @@ def _release_port(net: Any, st: Any, ein: int) -> None:
     """The active request of input port ``ein`` was granted: the oldest waiting head takes over."""
     ei = st.ei
     ei[ein, EI_ACTIVE] = -1
-    q = ei[ein, EI_RHEAD]
+    q = _id64(ei[ein, EI_RHEAD])
     if q >= 0:
         ei[ein, EI_RHEAD] = st.pi[q, PI_RNEXT]
         if ei[ein, EI_RHEAD] < 0:
@@ -1014,7 +1022,7 @@ def _grant(net: Any, st: Any, p: int, ein: int, e: int, v: int, leg: int, pos: i
         # port's other virtual channels interleave while it drains into a slower output
         ef[ein, EF_INFREE] = now + size * inv_in
         k = ei[ein, EI_VBASE] + pi[p, PI_VC]
-        nxt = pi[p, PI_VNEXT]
+        nxt = _id64(pi[p, PI_VNEXT])
         vf[k, VF_HEAD] = nxt
         setup = ef[ein, EF_SETUP]
         done = t_lf + f * inv_in  # the tail has left the buffer
@@ -1318,7 +1326,7 @@ def on_arrive(net: Any, st: Any, p: int, now: float) -> int:
     if leg < 0:
         if fifo:
             k = st.ei[e, EI_VBASE] + pi[p, PI_VC]
-            nxt = pi[p, PI_VNEXT]
+            nxt = _id64(pi[p, PI_VNEXT])
             st.vf[k, VF_HEAD] = nxt
             if nxt < 0:
                 st.vf[k, VF_TAIL] = -1.0
@@ -1993,7 +2001,7 @@ def _packet_head(net: Any, st: Any, R: Any, p: int, now: float) -> None:
     """The head of packet ``p`` reached the end of its path (its tail at ``st.pf[p, 0]``):
     a load or reduction hands over to the next phase of its job right away."""
     kind = st.pi[p, PI_USER1]
-    js = st.pi[p, PI_USER0]
+    js = _id64(st.pi[p, PI_USER0])
     if kind in (K_STORE, K_REMOTE):
         # a packet of several lines stands for lines that, as flits, would each land after
         # about the head's latency: the lines behind the head wait only because they were
@@ -2052,7 +2060,7 @@ def _packet_landed(net: Any, st: Any, R: Any, p: int, now: float) -> None:
     maybe on another thread: neither frees the packet, the window's end does once both are
     done (``PI_RNEXT`` -2: this side has read the row; see :func:`_free_landed`)."""
     n = int(st.pf[p, 3])
-    nbytes = st.pi[p, PI_SIZE1]
+    nbytes = _id64(st.pi[p, PI_SIZE1])
     st.pi[p, PI_RNEXT] = -2
     _land(net, st, R, n, nbytes, now)
 
@@ -2060,7 +2068,7 @@ def _packet_landed(net: Any, st: Any, R: Any, p: int, now: float) -> None:
 @_jit
 def _packet_done(net: Any, st: Any, R: Any, p: int, now: float) -> None:
     """The tail of packet ``p`` reached the end of its path: free it; a store has landed."""
-    js = st.pi[p, PI_USER0]
+    js = _id64(st.pi[p, PI_USER0])
     kind = st.pi[p, PI_USER1]
     split = kind == K_REMOTE and st.ctr[C_NDOM] > 1  # the receiver's side is an EV_LAND
     if not split:
@@ -2219,7 +2227,8 @@ def _run_window(net: Any, st: Any, R: Any, end: float) -> None:
     result does not depend on the count). The work is all in a called function: numba's
     parallel loop body lost stores to arrays it reached through a tuple (numba 0.68.1)."""
     for g in prange(st.dctr.shape[0]):
-        _run_domain_window(net, st, R, g, end)
+        # numba otherwise compiled the callee twice, for an int64 and a uint64 ``g``
+        _run_domain_window(net, st, R, _id64(g), end)
 
 
 @_jit
@@ -2279,14 +2288,34 @@ def _gather(st: Any, R: Any, G: int) -> None:
             R.rc[R_LOSTJOB] = R.d_rc[g, R_LOSTJOB]
 
 
-@_jit
 def replay_loop(net: Any, st: Any, R: Any) -> int:
     """Run the replay until no event is left (done, or deadlocked: the caller checks), until
     the heap needs to grow (``NEED_HEAP``: grow it and call again) or until the next event is
     at or after ``par_f[F_STOP]`` (``PAUSED``; infinite unless fast-forwarding).
 
-    With one event queue per GPU (domain, ``C_NDOM`` > 1: windowed scheduling) the loop runs
-    window by window: every domain handles its events earlier than the window's end, the
+    With one event queue (``C_NDOM`` 1) the loop is :func:`_loop_one_queue`; with one queue
+    per GPU (windowed scheduling) :func:`_loop_windowed`. Two compiled entry points rather than
+    one with both branches, so that a first replay compiles only the loop it runs (the windowed
+    one, with its parallel loop, is a seventh of a cold start); both handle events in
+    :func:`_run_domain`, compiled once for both."""
+    if st.ctr[C_NDOM] == 1:
+        return int(_loop_one_queue(net, st, R))
+    return int(_loop_windowed(net, st, R))
+
+
+@_jit
+def _loop_one_queue(net: Any, st: Any, R: Any) -> int:
+    """:func:`replay_loop` with one event queue."""
+    status = _run_domain(net, st, R, R.par_f[F_STOP])
+    if status == DONE and ev_count(st) > 0:
+        return PAUSED
+    return status
+
+
+@_jit
+def _loop_windowed(net: Any, st: Any, R: Any) -> int:
+    """:func:`replay_loop` with one event queue per GPU (domain, ``C_NDOM`` > 1): the loop
+    runs window by window. Every domain handles its events earlier than the window's end, the
     earliest pending event of any domain plus ``F_WINDOW``, possibly at the same time on
     several threads (:func:`_run_window`). An event of one GPU reaches another GPU's state only
     through an event posted at least the window ahead (``_post_arrival``: a flit's arrival at
@@ -2294,15 +2323,9 @@ def replay_loop(net: Any, st: Any, R: Any) -> int:
     last grant), so no domain posts into the window being run: posts wait in the poster's
     outbox until the window's end (:func:`_deliver_posts`), and the order is exact. Equal-time
     events of one GPU run in the order they were posted to it, a window's posts from other
-    GPUs after its own. Both modes handle events in one function (:func:`_run_domain`), so the
-    event handling inlined into it is compiled once."""
+    GPUs after its own."""
     G = st.ctr[C_NDOM]
     stop = R.par_f[F_STOP]
-    if G == 1:
-        status = _run_domain(net, st, R, stop)
-        if status == DONE and ev_count(st) > 0:
-            return PAUSED
-        return status
     for g in range(G):  # a call after NEED_HEAP, PAUSED or OVERFLOW starts afresh
         st.dctr[g, C_STATUS] = DONE
     if R.rc[R_INIT] == 0:  # each domain starts its steps ready at time 0

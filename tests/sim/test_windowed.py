@@ -353,3 +353,23 @@ def test_too_many_domains_for_the_event_keys() -> None:
     mesh = noc.build_mesh(2, 1)
     with pytest.raises(ValueError, match="domains"):
         eng.make_state(mesh.net, 1, 64, 1, eng.MAX_DOMAINS + 1, 1)
+
+
+@pytest.mark.parametrize("windowed", [False, True])
+def test_each_mode_calls_only_its_own_compiled_loop(spec, monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+                                                    windowed: bool) -> None:
+    # the two loops are separate entry points so that a first replay compiles only its own
+    # (docs/simulator.md §6, "Two compiled loops"): the other must not be reached
+    calls: list[str] = []
+    for name in ("_loop_one_queue", "_loop_windowed"):
+        loop = getattr(eng, name)
+
+        def record(*args: Any, _loop: Any = loop, _name: str = name) -> Any:
+            calls.append(_name)
+            return _loop(*args)
+
+        monkeypatch.setattr(eng, name, record)
+    res = simulate(generate("allgather", 2), spec, 4096, options=SimOptions(windowed=windowed))
+    assert res.window_ns > 0.0 if windowed else res.window_ns == 0.0
+    assert calls
+    assert set(calls) == {"_loop_windowed" if windowed else "_loop_one_queue"}
