@@ -14,7 +14,15 @@ from typing import Any
 
 import pytest
 
+from nuna.process import tune_gc
+
 REPO = Path(__file__).resolve().parents[1]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # this process compiles numba's kernels, as the nuna command does, and the compile takes up
+    # to twice as long under Python's default collector thresholds (docs/simulator.md §6)
+    tune_gc()
 
 
 def _shared_dir() -> Path:
