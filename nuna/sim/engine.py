@@ -934,10 +934,10 @@ def request(net: Any, st: Any, p: int) -> None:
 
 
 @_hot
-def _id64(x: Any) -> Any:
-    """``x`` as an int64. Packet and edge rows are int32, and an int32 id passed on would compile
-    a second copy of each function it reaches (the event loop passes int64 ids): numba's cache
-    index had two entries for eight of them."""
+def _as_int64(x: Any) -> Any:
+    """``x`` as an int64. Packet and edge rows are int32, and an int32 id or size passed on
+    would compile a second copy of each function it reaches (the event loop passes int64 ids):
+    numba's cache index had two entries for eight of them."""
     return np.int64(x)
 
 
@@ -955,7 +955,7 @@ def _release_port(net: Any, st: Any, ein: int) -> None:
     """The active request of input port ``ein`` was granted: the oldest waiting head takes over."""
     ei = st.ei
     ei[ein, EI_ACTIVE] = -1
-    q = _id64(ei[ein, EI_RHEAD])
+    q = _as_int64(ei[ein, EI_RHEAD])
     if q >= 0:
         ei[ein, EI_RHEAD] = st.pi[q, PI_RNEXT]
         if ei[ein, EI_RHEAD] < 0:
@@ -1022,7 +1022,7 @@ def _grant(net: Any, st: Any, p: int, ein: int, e: int, v: int, leg: int, pos: i
         # port's other virtual channels interleave while it drains into a slower output
         ef[ein, EF_INFREE] = now + size * inv_in
         k = ei[ein, EI_VBASE] + pi[p, PI_VC]
-        nxt = _id64(pi[p, PI_VNEXT])
+        nxt = _as_int64(pi[p, PI_VNEXT])
         vf[k, VF_HEAD] = nxt
         setup = ef[ein, EF_SETUP]
         done = t_lf + f * inv_in  # the tail has left the buffer
@@ -1326,7 +1326,7 @@ def on_arrive(net: Any, st: Any, p: int, now: float) -> int:
     if leg < 0:
         if fifo:
             k = st.ei[e, EI_VBASE] + pi[p, PI_VC]
-            nxt = _id64(pi[p, PI_VNEXT])
+            nxt = _as_int64(pi[p, PI_VNEXT])
             st.vf[k, VF_HEAD] = nxt
             if nxt < 0:
                 st.vf[k, VF_TAIL] = -1.0
@@ -2001,7 +2001,7 @@ def _packet_head(net: Any, st: Any, R: Any, p: int, now: float) -> None:
     """The head of packet ``p`` reached the end of its path (its tail at ``st.pf[p, 0]``):
     a load or reduction hands over to the next phase of its job right away."""
     kind = st.pi[p, PI_USER1]
-    js = _id64(st.pi[p, PI_USER0])
+    js = _as_int64(st.pi[p, PI_USER0])
     if kind in (K_STORE, K_REMOTE):
         # a packet of several lines stands for lines that, as flits, would each land after
         # about the head's latency: the lines behind the head wait only because they were
@@ -2060,7 +2060,7 @@ def _packet_landed(net: Any, st: Any, R: Any, p: int, now: float) -> None:
     maybe on another thread: neither frees the packet, the window's end does once both are
     done (``PI_RNEXT`` -2: this side has read the row; see :func:`_free_landed`)."""
     n = int(st.pf[p, 3])
-    nbytes = _id64(st.pi[p, PI_SIZE1])
+    nbytes = _as_int64(st.pi[p, PI_SIZE1])
     st.pi[p, PI_RNEXT] = -2
     _land(net, st, R, n, nbytes, now)
 
@@ -2068,7 +2068,7 @@ def _packet_landed(net: Any, st: Any, R: Any, p: int, now: float) -> None:
 @_jit
 def _packet_done(net: Any, st: Any, R: Any, p: int, now: float) -> None:
     """The tail of packet ``p`` reached the end of its path: free it; a store has landed."""
-    js = _id64(st.pi[p, PI_USER0])
+    js = _as_int64(st.pi[p, PI_USER0])
     kind = st.pi[p, PI_USER1]
     split = kind == K_REMOTE and st.ctr[C_NDOM] > 1  # the receiver's side is an EV_LAND
     if not split:
@@ -2228,7 +2228,7 @@ def _run_window(net: Any, st: Any, R: Any, end: float) -> None:
     parallel loop body lost stores to arrays it reached through a tuple (numba 0.68.1)."""
     for g in prange(st.dctr.shape[0]):
         # numba otherwise compiled the callee twice, for an int64 and a uint64 ``g``
-        _run_domain_window(net, st, R, _id64(g), end)
+        _run_domain_window(net, st, R, _as_int64(g), end)
 
 
 @_jit
@@ -2295,9 +2295,9 @@ def replay_loop(net: Any, st: Any, R: Any) -> int:
 
     With one event queue (``C_NDOM`` 1) the loop is :func:`_loop_one_queue`; with one queue
     per GPU (windowed scheduling) :func:`_loop_windowed`. Two compiled entry points rather than
-    one with both branches, so that a first replay compiles only the loop it runs (the windowed
-    one, with its parallel loop, is a seventh of a cold start); both handle events in
-    :func:`_run_domain`, compiled once for both."""
+    one with both branches: a first replay compiles only the loop it runs, and numba compiled
+    :func:`_run_domain` (the event handling, shared by both and compiled once) faster beside
+    the windowed loop than inside one function with it (docs/simulator.md §6)."""
     if st.ctr[C_NDOM] == 1:
         return int(_loop_one_queue(net, st, R))
     return int(_loop_windowed(net, st, R))
