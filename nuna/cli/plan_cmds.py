@@ -61,9 +61,11 @@ def validate(
                                         "granularity."),
 ) -> None:
     """Check plans: structure, FIFO matching, deadlock freedom and the collective's result."""
-    from nuna.topology.spec import load_topology  # only when asked: validate stays light
+    spec = None
+    if topology is not None:
+        from nuna.topology.spec import load_topology  # only when asked: validate stays light
 
-    spec = None if topology is None else load_topology(topology)
+        spec = load_topology(topology)
     results = [(path, *_validate_one(path, strict, spec)) for path in plans]
     all_ok = all(report.ok for _, report, _ in results)
     if json_out:

@@ -2295,9 +2295,9 @@ def replay_loop(net: Any, st: Any, R: Any) -> int:
 
     With one event queue (``C_NDOM`` 1) the loop is :func:`_loop_one_queue`; with one queue
     per GPU (windowed scheduling) :func:`_loop_windowed`. Two compiled entry points rather than
-    one with both branches: a first replay compiles only the loop it runs, and numba compiled
-    :func:`_run_domain` (the event handling, shared by both and compiled once) faster beside
-    the windowed loop than inside one function with it (docs/simulator.md §6)."""
+    one with both branches, so that a first replay compiles only the loop it runs; both call
+    :func:`_run_domain` (the event handling), compiled once for both (cold starts measured in
+    docs/simulator.md §6)."""
     if st.ctr[C_NDOM] == 1:
         return int(_loop_one_queue(net, st, R))
     return int(_loop_windowed(net, st, R))
