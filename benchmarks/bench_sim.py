@@ -36,7 +36,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +51,7 @@ def _case(name: str, gpus: int, size: int, tbs: int, packet: str,
 
     from nuna.passes import PassContext, apply_config
     from nuna.plan.generate import generate
-    from nuna.sim import SimOptions, simulate
+    from nuna.sim import SimOptions, load_kernels, simulate
     from nuna.sim.fastforward import FastForward
     from nuna.topology.spec import load_topology
 
@@ -62,11 +61,7 @@ def _case(name: str, gpus: int, size: int, tbs: int, packet: str,
     plan = generate("allgather", gpus, algo="direct", tbs_per_peer=tbs)
     if config is not None:
         plan = apply_config(plan, config, PassContext(spec, size))
-    # load the compiled kernels from numba's cache first: start-up is reported separately. Both
-    # replay loops, since a 2-GPU warm-up alone would take the one-queue loop whatever the case runs
-    # (the windowed loop is a separate compiled function).
-    for mode in (False, True):
-        simulate(generate("allgather", 2), spec, 4096, options=replace(options, windowed=mode))
+    load_kernels(spec)  # both replay loops from numba's cache: start-up is reported separately
     wall0, cpu0 = time.perf_counter(), time.process_time()
     packet_bytes = packet if packet == "auto" else int(packet)
     res = simulate(plan, spec, size, packet_bytes=packet_bytes, options=options)
@@ -85,13 +80,10 @@ def _compile_probe() -> dict[str, Any]:
     """First replays of a process: compile (or load) the kernels, then time tiny runs, one of
     each replay loop (one queue, windowed: two entry points) and a NoC run."""
     t0 = time.perf_counter()
-    from nuna.plan.generate import generate
-    from nuna.sim import SimOptions, run_noc, simulate
+    from nuna.sim import load_kernels, run_noc
     from nuna.topology.spec import load_topology
 
-    plan, topology = generate("allgather", 2), load_topology("nuna-4die")
-    simulate(plan, topology, 64 * 1024)
-    simulate(plan, topology, 64 * 1024, options=SimOptions(windowed=True))
+    load_kernels(load_topology("nuna-4die"))
     run_noc(4, 4, "uniform", 0.1, 1, cycles=200)
     return {"case": "compile", "wall_s": time.perf_counter() - t0}
 

@@ -210,12 +210,12 @@ def main() -> None:
         raise SystemExit(f"profile_replay.py: {exc}") from None
 
     from nuna.plan.generate import generate
-    from nuna.sim import simulate
+    from nuna.sim import load_kernels, simulate
     from nuna.sim.replay import DEFAULT_LINE_SETUPS, LINE_SETUP_RULES, SimOptions
     from nuna.topology.spec import load_topology
 
     spec = load_topology("nuna-4die")
-    simulate(generate("allgather", 2), spec, 4096)  # loads (or compiles) the kernels
+    load_kernels(spec)  # loads (or compiles) both replay loops, so the profile is the replay's
     plan = generate(case.collective, case.gpus, tbs_per_peer=case.tbs_per_peer)
     if case.config is not None:
         from nuna.passes import PassContext, apply_config

@@ -35,6 +35,7 @@ import numpy.typing as npt
 
 from nuna.errors import SimulationError, UsageError
 from nuna.plan.dag import NONE, STEP_TYPES, FlatPlan, ReplayDag, build_dag, finish_times, flatten
+from nuna.plan.generate import generate
 from nuna.plan.ir import Plan
 from nuna.plan.verify import SizeFit, gpu_count_mismatch, size_fit
 from nuna.sim import engine as eng
@@ -595,6 +596,16 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *, packet
     return _result(plan, spec, size_bytes, psize, seed, flat, dag, net, st, R, layout, tb_cu, (lower, floor),
                    lb_sent, njobs, started, trace, size_fit(plan, size_bytes, opts.element_bytes), window_ns,
                    None if opts.fast_forward is None else skips)
+
+
+def load_kernels(topology_spec: TopologySpec) -> None:
+    """Compile every replay kernel, or load it from numba's cache, by replaying a tiny 2-GPU
+    allgather once with each loop: the one-queue loop and the windowed loop are separate compiled
+    functions, and a replay compiles or loads only the one it runs (``docs/simulator.md`` §6). A
+    replay timed after this call times the replay alone, whichever loop it takes."""
+    plan = generate("allgather", 2)
+    for windowed in (False, True):
+        simulate(plan, topology_spec, 4096, options=SimOptions(windowed=windowed, threads=1))
 
 
 @dataclass(frozen=True)

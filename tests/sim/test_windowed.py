@@ -27,6 +27,7 @@ from nuna.sim.replay import (
     SimOptions,
     _window_for,
     _window_ns,
+    load_kernels,
 )
 from nuna.topology.spec import load_topology
 from tests.conftest import force_engine_state
@@ -373,3 +374,19 @@ def test_each_mode_calls_only_its_own_compiled_loop(spec, monkeypatch: pytest.Mo
     assert res.window_ns > 0.0 if windowed else res.window_ns == 0.0
     assert calls
     assert set(calls) == {"_loop_windowed" if windowed else "_loop_one_queue"}
+
+
+def test_load_kernels_reaches_both_compiled_loops(spec, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    # benchmarks call it before a timed replay, so that replay never compiles or loads its loop
+    calls: list[str] = []
+    for name in ("_loop_one_queue", "_loop_windowed"):
+        loop = getattr(eng, name)
+
+        def record(*args: Any, _loop: Any = loop, _name: str = name) -> Any:
+            calls.append(_name)
+            return _loop(*args)
+
+        monkeypatch.setattr(eng, name, record)
+    load_kernels(spec)
+    assert set(calls) == {"_loop_one_queue", "_loop_windowed"}
+
