@@ -1,5 +1,6 @@
 """Files: atomic output (a reader never sees a half-written file and a failed write never
-clobbers the user's previous file), and telling a file argument from a registered name."""
+clobbers the user's previous file), input read from regular files only (with one wording of
+their errors), and telling a file argument from a registered name."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from nuna.errors import InputError
+from nuna.errors import InputError, NunaError
 
 
 def _current_umask() -> int:
@@ -113,3 +114,44 @@ def looks_like_path(text: str, suffix: str) -> bool:
     it holds a path separator or ends in ``suffix``. Here, not in the layers that own the names,
     so that light code (the sweep driver) can apply the rule without importing them."""
     return "/" in text or "\\" in text or text.endswith(suffix)
+
+
+def read_input(path: str | os.PathLike[str], what: str, *, limit_bytes: int | None = None,
+               error: type[NunaError] = InputError) -> bytes:
+    """The bytes of the regular file ``path``, a ``what`` ("plan file", "topology file", ...)
+    named in the errors: ``error`` (a subclass of :class:`NunaError`) when it is missing, a
+    folder, a named pipe or a device, larger than ``limit_bytes``, or unreadable.
+
+    Every command reads its input files through here. Pipes and devices are refused, since a read
+    would wait for a writer forever or never end; the file is opened without blocking and its
+    type read from the open descriptor, so a pipe put in the file's place after a check cannot
+    block the read."""
+    name = os.fspath(path)
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise error(f"{name}: no such {what}") from None
+    except IsADirectoryError:  # where a folder cannot be opened (Linux opens it)
+        raise error(f"{name}: is a folder, not a {what}") from None
+    except OSError as err:
+        raise error(f"{name}: cannot read: {err.strerror or err}") from None
+    try:
+        info = os.fstat(fd)
+    except OSError as err:
+        os.close(fd)
+        raise error(f"{name}: cannot read: {err.strerror or err}") from None
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise error(f"{name}: is a folder, not a {what}" if stat.S_ISDIR(info.st_mode)
+                    else f"{name}: not a regular file")
+    if limit_bytes is not None and info.st_size > limit_bytes:
+        os.close(fd)
+        raise error(f"{name}: {info.st_size} bytes, more than the {limit_bytes}-byte limit for a {what}")
+    try:
+        with os.fdopen(fd, "rb") as handle:
+            data = handle.read() if limit_bytes is None else handle.read(limit_bytes + 1)
+    except OSError as err:
+        raise error(f"{name}: cannot read: {err.strerror or err}") from None
+    if limit_bytes is not None and len(data) > limit_bytes:  # it grew while we read
+        raise error(f"{name}: more than the {limit_bytes}-byte limit for a {what}")
+    return data

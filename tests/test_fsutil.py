@@ -1,4 +1,5 @@
-"""Atomic writes: content, permissions like open(), no leftovers, previous file kept on failure."""
+"""Atomic writes: content, permissions like open(), no leftovers, previous file kept on failure;
+reads of input files: regular files only, one wording of their errors."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from nuna.errors import InputError
-from nuna.fsutil import check_writable, make_folder, write_atomic
+from nuna.errors import InputError, TopologyError
+from nuna.fsutil import check_writable, make_folder, read_input, write_atomic
 
 
 def test_writes_content_with_umask_mode(tmp_path: Path) -> None:
@@ -120,3 +121,48 @@ def test_a_named_pipe_is_written_through_not_replaced(tmp_path: Path) -> None:
     assert got == [b"through"]
     assert stat.S_ISFIFO(fifo.stat().st_mode)
     assert [p.name for p in tmp_path.iterdir()] == ["pipe"]
+
+
+def test_read_input_returns_a_regular_files_bytes(tmp_path: Path) -> None:
+    target = tmp_path / "plan.xml"
+    target.write_bytes(b"<algo/>\x00\xff")
+    assert read_input(target, "plan file") == b"<algo/>\x00\xff"
+    assert read_input(target, "plan file", limit_bytes=9) == b"<algo/>\x00\xff"
+
+
+@pytest.mark.parametrize(("make", "message"), [
+    ("missing", "no such plan file"),
+    ("folder", "is a folder, not a plan file"),
+    ("large", "10 bytes, more than the 9-byte limit for a plan file"),
+])
+def test_read_input_names_what_is_wrong(tmp_path: Path, make: str, message: str) -> None:
+    target = tmp_path / "x.xml"
+    if make == "folder":
+        target.mkdir()
+    elif make == "large":
+        target.write_bytes(b"0123456789")
+    with pytest.raises(InputError) as raised:
+        read_input(target, "plan file", limit_bytes=9)
+    assert str(raised.value) == f"{target}: {message}"
+
+
+def test_read_input_raises_the_error_class_asked_for(tmp_path: Path) -> None:
+    with pytest.raises(TopologyError, match="no such topology file"):
+        read_input(tmp_path / "t.toml", "topology file", error=TopologyError)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
+def test_read_input_refuses_a_named_pipe_without_waiting_for_a_writer(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe.xml"
+    os.mkfifo(fifo)  # a blocking open or read would hang the test here
+    with pytest.raises(InputError, match="not a regular file"):
+        read_input(fifo, "plan file")
+
+
+@pytest.mark.skipif(not hasattr(os, "getuid") or os.getuid() == 0, reason="root reads any file")
+def test_read_input_unreadable_file(tmp_path: Path) -> None:
+    target = tmp_path / "secret.xml"
+    target.write_text("x")
+    target.chmod(0)
+    with pytest.raises(InputError, match="cannot read: Permission denied"):
+        read_input(target, "plan file")

@@ -12,7 +12,7 @@ import typer
 
 from nuna.cli.common import check_outputs, echo_json
 from nuna.errors import InputError
-from nuna.fsutil import write_atomic
+from nuna.fsutil import read_input, write_atomic
 from nuna.topology import (
     DEFAULT_TOPOLOGY,
     atomic_round_trips,
@@ -136,12 +136,9 @@ class _Stat(StrEnum):
 def _read_overlay(path: Path, spec: TopologySpec, stat: str) -> LinkOverlay:
     """Parse a ``nuna simulate --json`` file (here: the topology layer does not read files of
     the sim layer) and map its per-link table onto ``spec``'s chip."""
-    if not path.exists():
-        raise InputError(f"{path}: no such file")
-    if not path.is_file():
-        raise InputError(f"{path}: not a file")
+    raw = read_input(path, "result file")
     try:
-        data = json.loads(path.read_bytes())
+        data = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         raise InputError(f"{path}: not JSON (expected the file of 'nuna simulate --json')") from None
     return link_overlay(spec, data, stat=stat, source=str(path))

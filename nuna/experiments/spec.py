@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 from nuna import __version__
 from nuna.errors import InputError, NunaError, UsageError
-from nuna.fsutil import looks_like_path
+from nuna.fsutil import looks_like_path, read_input
 from nuna.units import format_size, parse_size
 
 #: ``nuna.topology.spec.TOPOLOGY_FILE_SUFFIX`` (a test checks they agree): not imported, so that
@@ -266,8 +266,8 @@ def topology_file_sha256(topology: str) -> str | None:
     if not _is_topology_path(topology):
         return None
     try:
-        return hashlib.sha256(Path(topology).read_bytes()).hexdigest()
-    except OSError:
+        return hashlib.sha256(read_input(topology, "topology file")).hexdigest()
+    except NunaError:  # a pipe too: read_input does not wait on it
         return "missing"
 
 
@@ -331,14 +331,7 @@ def load_sweep_spec(path: str | Path) -> SweepSpec:
     the topologies and the plan generator (:func:`check_spec_inputs`).
     """
     source = Path(path)
-    try:
-        # a FIFO or a device would block the read forever (or never end): regular files only
-        if not source.is_file():
-            raise InputError(f"{source}: no such sweep spec file" if not source.exists()
-                             else f"{source}: not a regular file")
-        raw = source.read_bytes()
-    except OSError as err:
-        raise InputError(f"{source}: cannot read: {err.strerror or err}") from None
+    raw = read_input(source, "sweep spec file")
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:

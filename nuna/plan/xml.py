@@ -46,7 +46,6 @@ import os
 import re
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -54,7 +53,7 @@ import numpy.typing as npt
 from lxml import etree
 
 from nuna.errors import InputError, PlanError
-from nuna.fsutil import write_atomic
+from nuna.fsutil import read_input, write_atomic
 from nuna.plan.ir import (
     Buffer,
     ChunkPlacement,
@@ -168,20 +167,7 @@ def loads(text: str | bytes, name: str = "<string>") -> Plan:
 
 def load_with_source(path: str | os.PathLike[str]) -> tuple[Plan, SourceMap]:
     """Read the plan file at ``path`` and return it with its :class:`SourceMap`."""
-    p = Path(path)
-    name = str(path)
-    try:
-        if not p.is_file():
-            raise InputError(f"{name}: no such file" if not p.exists() else f"{name}: not a regular file")
-        size = p.stat().st_size
-        if size > MAX_PLAN_BYTES:
-            raise InputError(f"{name}: file is {size} bytes, more than the "
-                             f"{MAX_PLAN_BYTES}-byte limit for plans")
-        with p.open("rb") as handle:
-            data = handle.read(MAX_PLAN_BYTES + 1)
-    except OSError as err:
-        raise InputError(f"{name}: cannot read: {err.strerror or err}") from None
-    return loads_with_source(data, name)
+    return loads_with_source(read_input(path, "plan file", limit_bytes=MAX_PLAN_BYTES), os.fspath(path))
 
 
 def loads_with_source(text: str | bytes, name: str = "<string>") -> tuple[Plan, SourceMap]:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from nuna.errors import TopologyError
-from nuna.fsutil import looks_like_path
+from nuna.fsutil import looks_like_path, read_input
 
 DEFAULT_TOPOLOGY = "nuna-4die"
 FORMAT_VERSION = 1
@@ -330,19 +330,7 @@ def _resolve(name_or_path: str) -> tuple[str, bytes]:
     """Return (display path, file bytes) for a name or a path."""
     if is_topology_path(name_or_path):
         path = Path(name_or_path)
-        if path.exists() and not path.is_file() and not path.is_dir():
-            # a named pipe would block the read until a writer came
-            raise TopologyError(f"{path}: not a regular file")
-        try:
-            with path.open("rb") as handle:
-                data = handle.read(_MAX_FILE_BYTES + 1)
-        except FileNotFoundError:
-            raise TopologyError(f"{path}: topology file not found") from None
-        except IsADirectoryError:
-            raise TopologyError(f"{path}: is a folder, not a topology file") from None
-        except OSError as err:
-            raise TopologyError(f"{path}: cannot read: {err.strerror or err}") from None
-        return str(path), data
+        return str(path), read_input(path, "topology file", limit_bytes=_MAX_FILE_BYTES, error=TopologyError)
     if not name_or_path or not all(ch.isalnum() or ch in "-_." for ch in name_or_path):
         raise TopologyError(f"invalid topology name {name_or_path!r}")
     checkout = _source_checkout_dir()

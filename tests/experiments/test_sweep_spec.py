@@ -643,7 +643,7 @@ REFUSED_AT_LOAD: list[tuple[dict[str, Any], dict[str, Any], str]] = [
     # (grid keys, fixed keys, where and what the message says)
     ({"topologies": ["nope"]}, {}, r"\[grid\] topologies\[0\]: unknown topology 'nope'"),
     ({"topologies": ["nuna-4die", "missing.toml"]}, {},
-     r"\[grid\] topologies\[1\]: .*missing\.toml: topology file not found"),
+     r"\[grid\] topologies\[1\]: .*missing\.toml: no such topology file"),
     ({"topologies": ["{tmp}/"]}, {}, r"\[grid\] topologies\[0\]: .*: is a folder, not a topology file"),
     ({"topologies": ["{passwd}"]}, {}, r"\[grid\] topologies\[0\]: .*passwd: TOML syntax error"),
     ({"topologies": ["{fifo}"]}, {}, r"\[grid\] topologies\[0\]: .*pipe\.toml: not a regular file"),

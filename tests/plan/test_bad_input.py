@@ -171,7 +171,7 @@ def test_wrong_root(run_cli, tmp_path: Path) -> None:
 
 
 def test_missing_file(run_cli, tmp_path: Path) -> None:
-    check_one_line(run_cli("validate", str(tmp_path / "nope.xml")), "nope.xml: no such file")
+    check_one_line(run_cli("validate", str(tmp_path / "nope.xml")), "nope.xml: no such plan file")
 
 
 def test_unknown_step_type(run_cli, tmp_path: Path) -> None:

@@ -219,8 +219,8 @@ def test_cli_renders_a_real_simulation(run_cli: Run, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("case", "message"), [
-    ("missing", "no such file"),
-    ("folder", "not a file"),
+    ("missing", "no such result file"),
+    ("folder", "is a folder, not a result file"),
     ("not json", "not JSON"),
     ("binary", "not JSON"),
     ("not a result", "not a result of 'nuna simulate --json'"),

@@ -155,7 +155,7 @@ def test_bad_file_gives_one_line_error_naming_file_and_key(
 def test_missing_file_and_unknown_name(tmp_path: Path, run_cli: Callable[..., CliResult]) -> None:
     res = run_cli("topology", "show", str(tmp_path / "nope.toml"))
     assert res.code == 1
-    assert "topology file not found" in res.err
+    assert "no such topology file" in res.err
     assert len(res.err.strip().splitlines()) == 1
     res = run_cli("topology", "show", "no-such-chip")
     assert res.code == 1
