@@ -32,3 +32,20 @@ def test_spread_reports_each_sizes_error_and_the_range(capsys: pytest.CaptureFix
     mean = sum(errors.values()) / len(errors)
     assert out[-1].startswith(f"auto's error from {min(errors.values()):+.2f}% to "
                               f"{max(errors.values()):+.2f}%, mean {mean:+.2f}%")
+
+
+def test_the_compile_probe_runs_as_the_command_only_when_asked() -> None:
+    import gc
+
+    from nuna.process import GC_THRESHOLDS
+
+    bench = benchmark_module("bench_sim")
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)  # Python's defaults: what a library script runs with
+        assert bench._compile_probe(False)["case"] == "compile"
+        assert gc.get_threshold() == (700, 10, 10)
+        bench._compile_probe(True)
+        assert gc.get_threshold() == GC_THRESHOLDS
+    finally:
+        gc.set_threshold(*before)
