@@ -356,11 +356,8 @@ def test_too_many_domains_for_the_event_keys() -> None:
         eng.make_state(mesh.net, 1, 64, 1, eng.MAX_DOMAINS + 1, 1)
 
 
-@pytest.mark.parametrize("windowed", [False, True])
-def test_each_mode_calls_only_its_own_compiled_loop(spec, monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
-                                                    windowed: bool) -> None:
-    # the two loops are separate entry points so that a first replay compiles only its own
-    # (docs/simulator.md §6, "Two compiled loops"): the other must not be reached
+def _record_loops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the compiled loops the replay calls from now on, in call order."""
     calls: list[str] = []
     for name in ("_loop_one_queue", "_loop_windowed"):
         loop = getattr(eng, name)
@@ -370,6 +367,15 @@ def test_each_mode_calls_only_its_own_compiled_loop(spec, monkeypatch: pytest.Mo
             return _loop(*args)
 
         monkeypatch.setattr(eng, name, record)
+    return calls
+
+
+@pytest.mark.parametrize("windowed", [False, True])
+def test_each_mode_calls_only_its_own_compiled_loop(spec, monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+                                                    windowed: bool) -> None:
+    # the two loops are separate entry points so that a first replay compiles only its own
+    # (docs/simulator.md §6, "Two compiled loops"): the other must not be reached
+    calls = _record_loops(monkeypatch)
     res = simulate(generate("allgather", 2), spec, 4096, options=SimOptions(windowed=windowed))
     assert res.window_ns > 0.0 if windowed else res.window_ns == 0.0
     assert calls
@@ -378,15 +384,7 @@ def test_each_mode_calls_only_its_own_compiled_loop(spec, monkeypatch: pytest.Mo
 
 def test_load_kernels_reaches_both_compiled_loops(spec, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     # benchmarks call it before a timed replay, so that replay never compiles or loads its loop
-    calls: list[str] = []
-    for name in ("_loop_one_queue", "_loop_windowed"):
-        loop = getattr(eng, name)
-
-        def record(*args: Any, _loop: Any = loop, _name: str = name) -> Any:
-            calls.append(_name)
-            return _loop(*args)
-
-        monkeypatch.setattr(eng, name, record)
+    calls = _record_loops(monkeypatch)
     load_kernels(spec)
     assert set(calls) == {"_loop_one_queue", "_loop_windowed"}
 
