@@ -54,6 +54,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import heapq
+import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -90,6 +91,8 @@ def stack_budget_bytes(spec: TopologySpec) -> int:
     least a flit (a stack always admits a line: a product under one byte divided by zero) and at
     most 2**62 (an ideal stack, of inf bandwidth, has no budget to speak of)."""
     chip = spec.chip
+    if math.isinf(chip.hbm_stack_bandwidth_gbps):  # ideal, whatever its latency (inf x 0 is nan)
+        return 1 << 62
     product = chip.hbm_stack_bandwidth_gbps * chip.memory_access_latency_ns
     return max(chip.flit_bytes, int(min(product, 2.0**62)))
 

@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 
 from nuna.errors import PassError, TopologyError
-from nuna.passes import PassContext, apply_config
+from nuna.passes import CONFIGS, PassContext, apply_config
+from nuna.passes.nap import stack_budget_bytes
 from nuna.plan.generate import generate
 from nuna.sim import simulate
 from nuna.topology.address import nar_granularities
-from nuna.topology.spec import parse_topology
+from nuna.topology.spec import available_topologies, load_topology, parse_topology
 
 NUNA_4DIE = (Path(__file__).resolve().parents[2] / "topologies" / "nuna-4die.toml").read_text()
 
@@ -53,3 +54,21 @@ def test_a_router_buffer_beyond_the_engines_columns_is_a_topology_error(key: str
     spec = parse_topology(_with(key, value), "fast.toml")
     with pytest.raises(TopologyError, match=r"router buffer would hold \S+ bytes per virtual channel"):
         simulate(generate("allgather", 4), spec, 1 << 16)
+
+
+def test_an_ideal_stack_of_zero_latency_has_an_unbounded_budget() -> None:
+    # flat-switch's memory: inf GB/s times 0 ns was nan, and every NAP configuration failed on it
+    text = _with("hbm_stack_bandwidth_gbps", "inf")
+    text = text.replace("access_latency_ns = { value = 120.0", "access_latency_ns = { value = 0.0")
+    spec = parse_topology(text, "ideal.toml")
+    assert spec.chip.memory_access_latency_ns == 0.0
+    assert stack_budget_bytes(spec) == 1 << 62
+
+
+@pytest.mark.parametrize("topology", available_topologies())
+def test_every_configuration_rewrites_and_replays_on_every_shipped_topology(topology: str) -> None:
+    spec = load_topology(topology)
+    plan = generate("allgather", 2, tbs_per_peer=2)
+    for config in CONFIGS:
+        placed = apply_config(plan, config, PassContext(spec, 1 << 16))
+        assert simulate(placed, spec, 1 << 16).time_ns > 0, config
