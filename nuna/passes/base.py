@@ -78,12 +78,15 @@ def run_pipeline(plan: Plan, passes: Sequence[PlanPass], ctx: PassContext, *,
     return plan
 
 
-def check_placed(plan: Plan, placed: Plan, ctx: PassContext, label: str) -> Plan:
+def check_placed(plan: Plan, placed: Plan, ctx: PassContext, label: str, *,
+                 input_verified: bool = False) -> Plan:
     """``placed``, after the checks :func:`run_pipeline` makes of a pipeline's input ``plan``
     and output: both verify and they differ at most in their placement (``label`` names what
-    placed it in the error)."""
-    chunk_bytes_for(plan, ctx.size_bytes)
-    verify_plan(plan)
+    placed it in the error). ``input_verified``: the caller has verified ``plan`` already
+    (:func:`verify_plan`, ``chunk_bytes_for``), before it placed it."""
+    if not input_verified:
+        chunk_bytes_for(plan, ctx.size_bytes)
+        verify_plan(plan)
     _check_output(plan, placed, label, True)
     return placed
 

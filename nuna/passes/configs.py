@@ -27,7 +27,7 @@ from typing import Literal
 
 from nuna.errors import UsageError
 from nuna.passes.access import TbAccess, decompose, remote_stores, workload
-from nuna.passes.base import Observer, PassContext, PlanPass, check_placed, run_pipeline
+from nuna.passes.base import Observer, PassContext, PlanPass, check_placed, run_pipeline, verify_plan
 from nuna.passes.logical import logical_allocation
 from nuna.passes.nap import NapPass, NapStarPass, annotate, physical_placement
 from nuna.passes.nar import GranularityEstimate, NarPass, check_granularity, estimate_granularity
@@ -173,6 +173,10 @@ def choose_granularity(plan: Plan, name: str, ctx: PassContext, requested: Granu
     if isinstance(requested, int) and not isinstance(requested, bool):
         return GranularityChoice(check_granularity(spec, requested), "given")
     if requested is None:
+        # before the heuristic walks it, as run_pipeline does before the passes (an ngpus below
+        # the <gpu> elements' count indexed past its arrays); apply_choice does not verify again
+        chunk_bytes_for(plan, ctx.size_bytes)
+        verify_plan(plan)
         if cfg.reads_accesses:
             accesses, stores = workload(plan)  # one walk of the DAG for both
             placer = _placer(plan, cfg, ctx, accesses)
@@ -220,7 +224,7 @@ def apply_choice(plan: Plan, name: str, ctx: PassContext, choice: GranularityCho
         # the heuristic has placed the plan at G already, as the pipeline would (tested): check
         # that plan as the pipeline checks its own instead of placing it again (NUMA+NAR and
         # NAP+NAR at 64 GPUs: seconds per point)
-        out = check_placed(plan, choice.placed, ctx, cfg.name)
+        out = check_placed(plan, choice.placed, ctx, cfg.name, input_verified=True)
         return dataclasses.replace(out, placement=dataclasses.replace(out.placement, config=cfg.name))
     return _place(plan, cfg, ctx, choice.granularity, observe, True)
 

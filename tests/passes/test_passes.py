@@ -271,3 +271,13 @@ def test_nap_spreads_a_chunk_read_by_many_over_the_nearest_stacks(spec: Topology
     # a chunk that fits one stack's budget keeps one stack (8 KiB chunks at 16 per peer)
     small = nap_placement(generate("allgather", 8, algo="direct", tbs_per_peer=16), spec, 1 << 20, 4)
     assert len({(c.gpu, c.buffer, c.chunk) for c in small.chunks}) == len(small.chunks)
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+def test_a_plan_whose_ngpus_disagrees_with_its_gpus_is_refused_by_every_configuration(
+        spec: TopologySpec, config: str) -> None:
+    # the NAR heuristic walked such a plan before any check and indexed past its arrays
+    plan = generate("allgather", 3)
+    bad = dataclasses.replace(plan, ngpus=2)
+    with pytest.raises(PlanError, match="ngpus=2 but the plan has 3 <gpu> elements"):
+        apply_config(bad, config, PassContext(spec, 1 << 16))
