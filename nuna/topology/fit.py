@@ -50,18 +50,29 @@ def _count(n: int, what: str) -> str:
     return f"{n:,} {what}{'s' * (n != 1)}"
 
 
+#: the largest packet a replay takes, 1 TiB: more than any step moves (a packet never holds more
+#: than one step's bytes), and small enough that the replay's int64 byte sums cannot overflow
+MAX_PACKET_BYTES = 1 << 40
+
+
 def packet_problem(packet_bytes: object, flit_bytes: int, chip: str | None = None) -> str | None:
-    """Why ``packet_bytes`` is not a packet size (``"auto"`` or a whole number of flits), or
-    None; ``chip`` names the topology in the message."""
+    """Why ``packet_bytes`` is not a packet size (``"auto"`` or a whole number of flits, at most
+    :data:`MAX_PACKET_BYTES`), or None; ``chip`` names the topology in the message."""
     if packet_bytes == "auto" or (isinstance(packet_bytes, int) and not isinstance(packet_bytes, bool)
-                                  and packet_bytes >= flit_bytes and packet_bytes % flit_bytes == 0):
+                                  and flit_bytes <= packet_bytes <= MAX_PACKET_BYTES
+                                  and packet_bytes % flit_bytes == 0):
         return None
+    if isinstance(packet_bytes, int) and packet_bytes > MAX_PACKET_BYTES:
+        return f"packet size must be at most {MAX_PACKET_BYTES} B (1 TiB), got {packet_bytes}"
     return f"packet size must be 'auto' or a multiple of the {_flit(flit_bytes, chip)}, got {packet_bytes!r}"
 
 
 def packet_cap_problem(max_packet_bytes: int, flit_bytes: int, chip: str | None = None) -> str | None:
     """Why ``max_packet_bytes`` cannot cap what ``"auto"`` picks (a power-of-two number of
-    flits: ``auto`` doubles its packet from one flit), or None."""
+    flits: ``auto`` doubles its packet from one flit; at most :data:`MAX_PACKET_BYTES`), or None."""
+    if max_packet_bytes > MAX_PACKET_BYTES:
+        return (f"the largest packet 'auto' may pick must be at most {MAX_PACKET_BYTES} B (1 TiB), "
+                f"got {max_packet_bytes} B")
     lines = max_packet_bytes // flit_bytes
     if max_packet_bytes % flit_bytes == 0 and lines >= 1 and lines & (lines - 1) == 0:
         return None

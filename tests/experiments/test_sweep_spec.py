@@ -650,6 +650,7 @@ REFUSED_AT_LOAD: list[tuple[dict[str, Any], dict[str, Any], str]] = [
     ({}, {"packet_bytes": 100},
      r"\[fixed\] packet_bytes: .*multiple of the 256-byte flit of nuna-4die, got 100"),
     ({}, {"packet_bytes": 384}, r"\[fixed\] packet_bytes: .*256-byte flit"),
+    ({}, {"packet_bytes": 1 << 63}, r"\[fixed\] packet_bytes: packet size must be at most 1099511627776 B"),
     ({}, {"packet_bytes": "auto", "max_packet_bytes": 128}, r"\[fixed\] max_packet_bytes: .*256-byte flit"),
     (NAR_GRID | {"nar_granularities": [2, 5]}, {}, r"\[grid\] nar_granularities\[1\]: NAR granularity 5 is "
      r"not valid for nuna-4die \(valid: 1, 2, 3, 4, 6, 12"),
