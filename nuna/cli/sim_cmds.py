@@ -35,7 +35,8 @@ def _stat(value: float, digits: int) -> str:
 
 
 def noc(
-    mesh: str = typer.Option("8x8", "--mesh", help="Mesh size WxH (one terminal per router)."),
+    mesh: str = typer.Option("8x8", "--mesh", help="Mesh size WxH (one terminal per router; up to about "
+                             "36x36: every pair's path is built)."),
     traffic: str = typer.Option("uniform", "--traffic",
                                 help="uniform | transpose | edges (to the two short edges)."),
     rate: float = typer.Option(..., "--rate", help="Offered load in flits per node per cycle, in (0, 1]."),

@@ -126,12 +126,31 @@ def zero_load_latency(hops: int, packet_flits: int) -> int:
     return 7 + 5 * hops + (packet_flits - 1)
 
 
+#: the most edges the paths of :func:`build_mesh` may hold: it lists every ordered pair's X-then-Y
+#: path, about 8 bytes an edge while it builds (a 32x32 mesh: 25 M; a 2048x1 line, which the node
+#: count alone allowed, 2.9 G, and its build was killed for memory at 24 GB)
+MAX_PATH_ENTRIES = 50_000_000
+
+
+def path_entries(width: int, height: int) -> int:
+    """Edges in the paths of every ordered pair of a ``width x height`` mesh's nodes: each path is
+    its source queue, injection and ejection channels and one link per hop, and the hops over all
+    pairs sum to ``H^2 (W^3 - W) / 3 + W^2 (H^3 - H) / 3``."""
+    n = width * height
+    return 3 * n * n + (height * height * (width**3 - width) + width * width * (height**3 - height)) // 3
+
+
 def build_mesh(width: int, height: int, router: str = "iq", params: RouterParams | None = None) -> MeshNet:
     """Edges and X-then-Y paths of a ``width x height`` mesh with one terminal per router."""
     if width < 1 or height < 1:
         raise UsageError(f"mesh {width}x{height}: both sides must be at least 1")
     if router not in ROUTERS:
         raise UsageError(f"unknown router model {router!r} (use {', '.join(ROUTERS)})")
+    entries = path_entries(width, height)
+    if entries > MAX_PATH_ENTRIES:
+        raise UsageError(f"mesh {width}x{height}: its paths between every pair of nodes would hold "
+                         f"{entries:,} edges, more than the {MAX_PATH_ENTRIES:,} this mode builds "
+                         f"(a square mesh of up to 36x36 fits)")
     prm = params or RouterParams()
     n = width * height
     lat: list[float] = []

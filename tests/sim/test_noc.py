@@ -167,6 +167,7 @@ def test_cli_noc_writes_json(run_cli, tmp_path) -> None:
     (("--rate", "0.1", "--seed", "-1"), 1),
     (("--rate", "0.1", "--cycles", "99999999999999999999"), 1),
     (("--rate", "0.1", "--packet-flits", "99999999999999999999"), 1),
+    (("--mesh", "2048x1", "--rate", "0.01", "--cycles", "100"), 1),
 ])
 def test_cli_noc_errors(run_cli, args: tuple[str, ...], code: int) -> None:
     res = run_cli("noc", *args)
@@ -190,3 +191,19 @@ def test_a_run_that_delivers_no_measured_packet_writes_valid_json(run_cli, tmp_p
     assert cli.code == 0
     assert "packet latency avg n/a max n/a cycles" in cli.out
     assert json.loads(out.read_text())["packet_latency_avg"] is None
+
+
+@settings(max_examples=25, deadline=None)
+@given(width=st.integers(1, 7), height=st.integers(1, 7))
+def test_path_entries_counts_the_path_table_build_mesh_makes(width: int, height: int) -> None:
+    mesh = noc.build_mesh(width, height)
+    assert noc.path_entries(width, height) == len(mesh.net.seg_edge)
+
+
+@pytest.mark.parametrize("mesh", [(2048, 1), (64, 64), (37, 37)])
+def test_a_mesh_whose_path_table_would_not_fit_is_refused_before_it_is_built(mesh: tuple[int, int]) -> None:
+    # a 2048x1 line passed the node-count check and its build was killed at 24 GB
+    assert noc.path_entries(*mesh) > noc.MAX_PATH_ENTRIES
+    with pytest.raises(UsageError, match=rf"mesh {mesh[0]}x{mesh[1]}: its paths .* more than the 50,000,000"):
+        noc.run_noc(*mesh, "uniform", 0.01, 1, cycles=100)
+    assert noc.path_entries(36, 36) <= noc.MAX_PATH_ENTRIES
