@@ -128,3 +128,40 @@ def test_options_that_would_be_ignored_or_collide_are_refused(run_cli, tmp_path:
     assert res.err.count("\n") == 1
     assert message in res.err
     assert not out.exists()
+
+
+
+#: (command, the input its output names); {out} is that input or a hard link to it
+REPLACING_AN_INPUT = [
+    (("simulate", "{plan}", "--size", "64KiB", "--json", "{out}"), "plan"),
+    (("simulate", "{plan}", "--size", "64KiB", "--topology", "{topo}", "--trace", "{out}"), "topo"),
+    (("rewrite", "{plan}", "--config", "NAP", "-o", "{out}"), "plan"),
+    (("diff", "{plan}", "--size", "64KiB", "--json", "{out}"), "plan"),
+    (("dag", "{plan}", "-o", "{out}"), "plan"),
+    (("topology", "export", "{topo}", "-o", "{out}"), "topo"),
+    (("topology", "render", "{topo}", "-o", "{out}", "--overlay", "{result}"), "result"),
+    (("topology", "characterize", "{result}", "--targets", "4", "-o", "{out}"), "result"),  # a picture
+]
+
+
+@pytest.mark.parametrize(("cmd", "replaced"), REPLACING_AN_INPUT)
+@pytest.mark.parametrize("link", [False, True])
+def test_an_output_naming_an_input_is_refused_and_the_input_kept(run_cli, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                                 cmd: tuple[str, ...], replaced: str,
+                                                                 link: bool) -> None:
+    # nuna dag in.xml -o in.xml wrote GraphML over the plan; a hard link names the same file too
+    inputs = {"plan": tmp_path / "ag2.xml", "topo": tmp_path / "chip.toml", "result": tmp_path / "r.svg"}
+    save(generate("allgather", 2), inputs["plan"])
+    shipped = Path(__file__).resolve().parents[1] / "topologies" / "nuna-4die.toml"
+    inputs["topo"].write_bytes(shipped.read_bytes())
+    inputs["result"].write_text("{}")
+    before = {name: path.read_bytes() for name, path in inputs.items()}
+    out = inputs[replaced]
+    if link:
+        out = out.with_name("alias" + out.suffix)
+        out.hardlink_to(inputs[replaced])
+    res = run_cli(*(a.format(out=out, **inputs) for a in cmd))
+    assert res.code == 1, (res.out, res.err)
+    assert res.err.count("\n") == 1
+    assert f"{out}: is also an input ({inputs[replaced]})" in res.err
+    assert {name: path.read_bytes() for name, path in inputs.items()} == before

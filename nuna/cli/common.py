@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Sequence
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ import typer
 
 from nuna.errors import UsageError
 from nuna.experiments.sweep import SweepProgress
-from nuna.fsutil import check_writable, write_atomic
+from nuna.fsutil import check_writable, looks_like_path, write_atomic
 from nuna.units import parse_size
 
 
@@ -74,9 +75,13 @@ def parse_size_option(text: str) -> int:
         raise typer.BadParameter(str(err)) from None
 
 
-def check_outputs(*paths: Path | None) -> None:
+def check_outputs(*paths: Path | None, inputs: Sequence[Path | str | None] = ()) -> None:
     """Fail now, with the error the write would give, if an output file given on the command
-    line could not be written (``nuna.fsutil.check_writable``): before the work, not after it."""
+    line could not be written (``nuna.fsutil.check_writable``): before the work, not after it.
+    Also if two outputs name one file, or an output names one of the command's ``inputs`` (a
+    plan, a topology file, a result): the write would replace the user's input, by a file of
+    another kind for most commands (``nuna dag in.xml -o in.xml`` wrote GraphML over the plan).
+    An input given as a registered name (a shipped topology) is not a path and is skipped."""
     given = [path for path in paths if path is not None]
     for path in given:
         check_writable(path)
@@ -84,6 +89,22 @@ def check_outputs(*paths: Path | None) -> None:
     for i, path in enumerate(given):  # one file for two outputs: the second would replace the first
         if real[i] in real[:i]:
             raise UsageError(f"{path}: given for two outputs; each needs a file of its own")
+    read = [Path(item) for item in inputs
+            if item is not None and (isinstance(item, Path) or looks_like_path(item, ".toml"))]
+    for path in given:
+        for source in read:
+            if _same_file(path, source):
+                raise UsageError(f"{path}: is also an input ({source}); write the output to another file")
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` name one file: one real path, or (hard links) one inode."""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet)
+        return False
 
 
 def write_json(path: Path, payload: Any) -> None:

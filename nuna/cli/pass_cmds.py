@@ -55,7 +55,7 @@ def register(app: typer.Typer) -> None:
         """Rewrite a plan with a configuration's placement/routing annotations (still valid MSCCL XML)."""
         cfg = get_config(config)
         granularity = parse_granularity(nar_granularity)
-        check_outputs(output)
+        check_outputs(output, inputs=(plan_path, topology))
         spec = load_topology(topology)
         plan = load(plan_path)
         size_bytes = _size(size)
@@ -94,7 +94,7 @@ def register(app: typer.Typer) -> None:
         from nuna.passes.report import compare, format_comparison
 
         names = config_names(configs)
-        check_outputs(json_path)
+        check_outputs(json_path, inputs=(plan_path, topology))
         spec = load_topology(topology)
         plan = load(plan_path)
         size_bytes = _size(size)

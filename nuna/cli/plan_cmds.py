@@ -154,7 +154,7 @@ def dag(
     """Export the replay DAG (steps; program, dependency and data edges) as GraphML."""
     import networkx as nx
 
-    check_outputs(output)
+    check_outputs(output, inputs=(plan_path,))
     plan, _ = load_with_source(plan_path)
     replay = build_dag(plan)
     graph = to_networkx(replay)

@@ -135,7 +135,7 @@ def simulate(
         raise UsageError("--max-packet-bytes caps what --packet-bytes auto picks; give one or the other")
     if nar_granularity is not None and config is None:  # it would be ignored
         raise UsageError("--nar-granularity applies to a --config that routes with NAR")
-    check_outputs(json_file, trace_file)
+    check_outputs(json_file, trace_file, inputs=(plan_file, topology))
     options = SimOptions(windowed=windowed, fast_forward=FastForward() if fast_forward else None,
                          threads=threads)
     if line_setups is not None:

@@ -165,7 +165,7 @@ def render(
     """Draw the chip (dies, mesh, CUs, I/O ports, HBM stacks), optionally the pod, NAR domains,
     or the link utilisation of a simulation."""
     fmt = _picture_format(output)
-    check_outputs(output)
+    check_outputs(output, inputs=(topology, overlay))
     if overlay_stat is not None and overlay is None:
         raise typer.BadParameter("needs --overlay", param_hint="'--overlay-stat'")
     if overlay is not None and gpus > 1:
@@ -197,7 +197,7 @@ def export(
     gpus: int = typer.Option(1, "--gpus", min=1, max=1024, help="Export a pod of N GPUs (default: one GPU)."),
 ) -> None:
     """Write the chip (or pod) graph as GraphML, node keys stringified."""
-    check_outputs(output)
+    check_outputs(output, inputs=(topology,))
     spec = load_topology(topology)
     graph = build_gpu(spec) if gpus == 1 else build_pod(spec, gpus)
     write_atomic(output, to_graphml(graph))
@@ -222,7 +222,7 @@ def characterize(
     across CUs = mean over targets of the std over CUs. Ratios are relative to the first topology."""
     names = list(topologies) if topologies else list(_CHARACTERIZE_DEFAULT)
     fmt = _picture_format(output) if output is not None else None
-    check_outputs(output)
+    check_outputs(output, inputs=names)
     results = [atomic_round_trips(load_topology(name), targets=targets, seed=seed) for name in names]
     first = results[0]
 
