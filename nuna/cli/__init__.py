@@ -17,6 +17,7 @@ from nuna import __version__
 from nuna.cli import figure_cmds, generate_cmds, pass_cmds, plan_cmds, sim_cmds, sweep_cmds, topology_cmds
 from nuna.errors import NunaError
 from nuna.process import tune_gc
+from nuna.text import one_line
 
 _Abort = typer.Abort
 try:  # recent typer vendors click; older versions raise the click package's exceptions
@@ -66,30 +67,31 @@ def run(argv: Sequence[str] | None = None) -> int:
         where = err.ctx.command_path if err.ctx is not None else "nuna"
         if not err.format_message():  # bare 'nuna': the help text was already shown
             return 2
-        print(f"nuna: usage error: {err.format_message()} (see '{where} --help')", file=sys.stderr)
+        print(f"nuna: usage error: {one_line(err.format_message())} (see '{where} --help')", file=sys.stderr)
         return 2
     except _Abort:
         print("nuna: aborted", file=sys.stderr)
         return 130
     except NunaError as err:
-        print(f"nuna: error: {err}", file=sys.stderr)
+        print(f"nuna: error: {one_line(str(err))}", file=sys.stderr)
         return 1
     except OSError as err:
-        print(f"nuna: error: {err.strerror or err}: {err.filename or ''}".rstrip(": "), file=sys.stderr)
+        message = f"{err.strerror or err}: {err.filename or ''}".rstrip(": ")
+        print(f"nuna: error: {one_line(message)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("nuna: interrupted", file=sys.stderr)
         return 130
     except MemoryError as err:  # a request too large for this machine, not a bug
-        detail = f" ({err})" if str(err) else ""
+        detail = f" ({one_line(str(err))})" if str(err) else ""
         print(f"nuna: error: out of memory{detail}; try a smaller size, fewer GPUs or --packet-bytes auto",
               file=sys.stderr)
         return 1
     except Exception as err:  # a bug, not bad input: one line, the traceback on request
         if os.environ.get("NUNA_DEBUG"):
             raise
-        print(f"nuna: internal error: {type(err).__name__}: {err} (set NUNA_DEBUG=1 for a traceback)",
-              file=sys.stderr)
+        print(f"nuna: internal error: {type(err).__name__}: {one_line(str(err))} "
+              "(set NUNA_DEBUG=1 for a traceback)", file=sys.stderr)
         return 3
     return int(result) if isinstance(result, int) else 0
 

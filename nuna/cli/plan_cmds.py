@@ -21,6 +21,7 @@ from nuna.plan.dag import build_dag, find_cycle, to_networkx
 from nuna.plan.ir import Plan
 from nuna.plan.verify import Report, defaulted_warnings, gpu_count_mismatch, summarize, verify
 from nuna.plan.xml import load_with_source
+from nuna.text import one_line
 from nuna.units import format_size
 
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ def _size(text: str | None) -> int | None:
 
 
 def _err(msg: str) -> None:
-    print(f"nuna: error: {msg}", file=sys.stderr)
+    print(f"nuna: error: {one_line(msg)}", file=sys.stderr)
 
 
 def _validate_one(path: Path, strict: bool,
@@ -108,7 +109,7 @@ def info(
     tbs = s.threadblocks_per_gpu
     tb_text = "none" if not tbs else (str(tbs[0]) if min(tbs) == max(tbs) else f"{min(tbs)}-{max(tbs)}")
     lines = [
-        f"plan: {s.name or '(unnamed)'} ({plan_path})",
+        f"plan: {one_line(s.name) or '(unnamed)'} ({plan_path})",
         f"collective: {s.collective}  protocol: {s.protocol}  inplace: {int(s.inplace)}  "
         f"outofplace: {int(s.outofplace)}",
         f"GPUs: {s.ngpus}  channels: {s.nchannels}  chunks per loop: {s.nchunksperloop}",

@@ -13,7 +13,14 @@ from pathlib import Path
 
 import typer
 
-from nuna.cli.common import LINE_SETUPS_HELP, LineSetups, check_outputs, parse_size_option, write_json
+from nuna.cli.common import (
+    LINE_SETUPS_HELP,
+    LineSetups,
+    check_outputs,
+    parse_size_option,
+    write_json,
+)
+from nuna.text import one_line
 from nuna.units import format_size
 
 _MESH_RE = re.compile(r"^\s*(\d+)\s*[xX]\s*(\d+)\s*$")
@@ -158,7 +165,7 @@ def simulate(
         if json_file is not None:
             write_json(json_file, {"plan": plan.name, "topology": spec.name, "size_bytes": size_bytes,
                                    "lower_bound_ns": lower, "placement_floor_ns": floor})
-        typer.echo(f"# {plan.name}: {plan.collective.value}, {plan.ngpus} GPUs, {spec.name}, "
+        typer.echo(f"# {one_line(plan.name)}: {plan.collective.value}, {plan.ngpus} GPUs, {spec.name}, "
                    f"{format_size(size_bytes)}: lower bound {lower:.1f} ns, placement floor {floor:.1f} ns "
                    f"(no replay)")
         return
@@ -171,7 +178,7 @@ def simulate(
     if trace_file is not None:
         write_json(trace_file, chrome_trace(plan, res))
     lat = res.remote_store_latency
-    typer.echo(f"# {plan.name}: {plan.collective.value}, {plan.ngpus} GPUs, {spec.name}, "
+    typer.echo(f"# {one_line(plan.name)}: {plan.collective.value}, {plan.ngpus} GPUs, {spec.name}, "
                f"packets of {res.packet_bytes} B")
     typer.echo(f"#{'size':>12} {'count':>12} {'type':>6} {'time':>10} {'algbw':>8} {'busbw':>8}")
     typer.echo(f"#{'(B)':>12} {'(elements)':>12} {'':>6} {'(us)':>10} {'(GB/s)':>8} {'(GB/s)':>8}")

@@ -27,6 +27,7 @@ from nuna.plan.verify import size_fit
 from nuna.sim.layout import memory_layout, threadblock_cus
 from nuna.sim.replay import simulate
 from nuna.sim.result import PortWait, SimResult
+from nuna.text import one_line
 from nuna.topology.address import nar_domain_cus
 from nuna.topology.render import figure_bytes, topology_figure
 from nuna.topology.spec import TopologySpec
@@ -237,7 +238,8 @@ def _hot_port(hot: PortWait | None) -> str:
 
 def format_comparison(c: Comparison) -> str:
     """The comparison as an aligned text table, configurations as columns."""
-    head = [f"{c.plan} on {c.topology}, {format_size(c.size_bytes)}; changes relative to {c.rows[0].config}"]
+    head = [f"{one_line(c.plan)} on {one_line(c.topology)}, {format_size(c.size_bytes)}; "
+            f"changes relative to {c.rows[0].config}"]
     table = [["", *[r.config for r in c.rows]]] + [[label, *[_cell(r, key) for r in c.rows]]
                                                   for label, key in _ROWS]
     floor = c.placement_floor_ns
@@ -353,7 +355,7 @@ def latency_figure(c: Comparison) -> Figure:
         ax.set_xlabel("remote store latency (ns)")
         ax.set_xlim(0, hi * 1.05)
     axes[0].set_ylabel("fraction of 256 B stores")
-    fig.suptitle(f"{c.plan}, {format_size(c.size_bytes)} ({c.topology})", fontsize=10)
+    fig.suptitle(f"{one_line(c.plan)}, {format_size(c.size_bytes)} ({c.topology})", fontsize=10)
     fig.tight_layout()
     return fig
 

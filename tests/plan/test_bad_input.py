@@ -342,3 +342,18 @@ def test_mutations_through_the_cli(run_cli, tmp_path: Path, text: str) -> None:
     assert "internal error" not in res.err
     if res.code == 1:
         assert res.err.startswith("nuna: error: ")
+
+
+def test_a_plan_name_holding_a_newline_cannot_forge_a_second_error_line(run_cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # the name is the user's string, and errors and headers quote it
+    evil = re.sub(r'name="[^"]*"', 'name="evil&#10;nuna: error: forged&#13;"', FIG7, count=1)
+    path = tmp_path / "evil.xml"
+    path.write_text(evil.replace('ngpus="2"', 'ngpus="3"', 1))
+    res = run_cli("simulate", str(path), "--size", "64KiB")
+    assert res.code == 1
+    assert res.err.count("\n") == 1
+    assert "evil\\nnuna: error: forged\\r" in res.err
+    path.write_text(evil)
+    res = run_cli("info", str(path))
+    assert res.code == 0
+    assert res.out.splitlines()[0].startswith("plan: evil\\nnuna: error: forged\\r")
