@@ -138,6 +138,19 @@ def _check_operands(flat: FlatPlan, plan: Plan, n_gpu: I64) -> None:
                                       f"{size} chunks")
 
 
+def _check_peers(flat: FlatPlan, plan: Plan) -> None:
+    """No threadblock sends to or receives from its own GPU: an executor has no connection from
+    a GPU to itself, and the replay would move the data as remote stores through the GPU's own
+    ports and the switch (``nuna validate`` reports it the same way, as an error)."""
+    for role, col in (("send", flat.tb_send), ("recv", flat.tb_recv)):
+        own = np.flatnonzero((col != NONE) & (col == flat.tb_gpu))
+        if own.size:
+            t = int(own[0])
+            more = f" (and {own.size - 1} more threadblocks)" if own.size > 1 else ""
+            raise SimulationError(f"plan {plan.name}: gpu {int(flat.tb_gpu[t])} tb {int(flat.tb_id[t])}: "
+                                  f"{role} peer is the gpu itself ({role}={int(col[t])}){more}")
+
+
 def _addresses(flat: FlatPlan, dag: ReplayDag, layout: MemoryLayout, n_gpu: I64) -> tuple[I64, I64]:
     """Per node: the four base addresses of its lines (load 0, load 1, local store, remote
     store) and the peer its remote stores go to."""
@@ -443,6 +456,7 @@ def _prepare(plan: Plan, topology_spec: TopologySpec, size_bytes: int, packet_by
     if sorted(g.id for g in plan.gpus) != list(range(ngpus)):
         raise SimulationError(f"plan {plan.name}: GPU ids must be 0..{ngpus - 1}")
     flat = flatten(plan)
+    _check_peers(flat, plan)
     dag = build_dag(plan, flat)
     nn = flat.num_nodes
     n_gpu = flat.tb_gpu[flat.node_tb].astype(np.int64)

@@ -387,3 +387,18 @@ def test_auto_packets_respect_the_cap_and_a_bad_cap_is_a_usage_error(spec) -> No
     # a fixed packet size does not consult the cap
     fixed_512 = simulate(plan, spec, 65536, packet_bytes=512, options=SimOptions(max_packet_bytes=768))
     assert fixed_512.packet_bytes == 512
+
+
+@pytest.mark.parametrize("role", ["send_peer", "recv_peer"])
+def test_a_threadblock_whose_peer_is_its_own_gpu_is_refused(spec, role: str) -> None:  # type: ignore[no-untyped-def]
+    # validate calls it an error; the replay ran it as remote stores through the GPU's own ports
+    plan = generate("allgather", 2)
+    gpu = plan.gpus[1]
+    tb = next(t for t in gpu.threadblocks if getattr(t, role) is not None)
+    bad_tb = dataclasses.replace(tb, **{role: 1})
+    bad_gpu = dataclasses.replace(gpu, threadblocks=tuple(bad_tb if t is tb else t for t in gpu.threadblocks))
+    bad = dataclasses.replace(plan, gpus=(plan.gpus[0], bad_gpu))
+    word = role.removesuffix("_peer")
+    message = rf"gpu 1 tb {tb.id}: {word} peer is the gpu itself \({word}=1\)"
+    with pytest.raises(SimulationError, match=message):
+        simulate(bad, spec, 1 << 16)
