@@ -44,6 +44,8 @@ def _is_topology_path(topology: str) -> bool:
 
 #: The point function used when a spec does not name one.
 DEFAULT_POINT_FUNCTION = "nuna.experiments.points:simulate_point"
+#: the point function of Fig 14's sweep: the collective beside a GEMM (``gemm_sizes``)
+GEMM_POINT_FUNCTION = "nuna.experiments.gemm:gemm_point"
 
 #: Collectives the plan generators provide (``reduce_scatter`` is accepted as a spelling).
 COLLECTIVES: tuple[str, ...] = ("allgather", "allreduce", "reducescatter", "alltoall")
@@ -451,6 +453,12 @@ def check_spec_inputs(spec: SweepSpec) -> None:
             table = f"[[grid.also]] #{number}" if key in replaced else "[grid]"
             return f"{table} {key}[{index}]"
 
+        if spec.point_function == DEFAULT_POINT_FUNCTION:
+            gemm = next((i for i, size in enumerate(grid.gemm_bytes) if size), None)
+            if gemm is not None:
+                raise _fail(source, at("gemm_sizes", gemm), "the default point function replays the "
+                            "collective alone; a concurrent GEMM needs [sweep] point_function = "
+                            f"{GEMM_POINT_FUNCTION!r} (as scripts/sweeps/fig14.toml)")
         topologies = [topology(name, at("topologies", i)) for i, name in enumerate(grid.topologies)]
         for topo in topologies:
             _check_packets(spec, topo.chip.flit_bytes, topo.name)

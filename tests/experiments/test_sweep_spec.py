@@ -666,6 +666,9 @@ REFUSED_AT_LOAD: list[tuple[dict[str, Any], dict[str, Any], str]] = [
     ({"sizes": ["1MiB", "577GiB"]}, {}, r"\[grid\] sizes\[1\]: 577GiB is more than a GPU of nuna-4die holds "
      r"\(576GiB in 16 HBM stacks\)"),
     ({"also": [{"sizes": ["100000GiB"]}]}, {}, r"\[\[grid.also\]\] #1 sizes\[0\]: 100000GiB is more than"),
+    ({"gemm_sizes": [0, "1MiB"]}, {}, r"\[grid\] gemm_sizes\[1\]: the default point function replays the "
+     r"collective alone; a concurrent GEMM needs \[sweep\] point_function = "
+     r"'nuna.experiments.gemm:gemm_point'"),
 ]
 
 
