@@ -422,6 +422,11 @@ def _real(value: object) -> bool:
         return False
 
 
+#: the longest mean wait an overlay shows: 1e18 ns is 31 years of simulated time, beyond any
+#: replay; near 1e308 matplotlib's colour bar overflowed (warnings on stderr, a broken scale)
+MAX_OVERLAY_WAIT_NS = 1e18
+
+
 def link_overlay(spec: TopologySpec, result: object, *, stat: str = "mean",
                  source: str = "result") -> LinkOverlay:
     """Link utilisation or queueing of an already parsed ``nuna simulate --json`` result, for
@@ -469,6 +474,9 @@ def link_overlay(spec: TopologySpec, result: object, *, stat: str = "mean",
         if stat == "queueing":
             if value < 0.0:
                 raise InputError(f"{source}: link {name} has a negative wait {value}")
+            if value > MAX_OVERLAY_WAIT_NS:
+                raise InputError(f"{source}: link {name} has a wait of {value:g} ns, more than any replay "
+                                 f"gives (at most {MAX_OVERLAY_WAIT_NS:g} ns)")
             values[link] = value
             continue
         if not 0.0 <= value <= 1.0 + 1e-9:

@@ -161,6 +161,9 @@ def _broken(result: dict[str, Any], how: str) -> object:
     elif how == "negative wait":
         rows[0]["queueing_ns_mean"] = -1.0
         return data, "queueing"
+    elif how == "endless wait":  # matplotlib's colour bar overflowed, with warnings on stderr
+        rows[0]["queueing_ns_mean"] = 1e308
+        return data, "queueing"
     elif how == "table not a list":
         data["chip_links"] = {"rows": rows}
     return data
@@ -181,6 +184,7 @@ def _broken(result: dict[str, Any], how: str) -> object:
     ("table not a list", InputError, "is not a list"),
     ("no waits", InputError, "no per-link waits"),
     ("negative wait", InputError, "negative wait"),
+    ("endless wait", InputError, r"a wait of 1e\+308 ns, more than any replay gives \(at most 1e\+18 ns\)"),
 ])
 def test_overlay_rejects_bad_results(spec: TopologySpec, result: dict[str, Any], how: str,
                                      error: type[Exception], message: str) -> None:
