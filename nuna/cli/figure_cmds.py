@@ -23,7 +23,8 @@ def figure(
     jobs: int | None = typer.Option(None, "--jobs", "-j", min=1,
                                     help="Worker processes (default: all cores)."),
     quick: bool = typer.Option(False, "--quick",
-                               help="Reduced grid (smallest pod and size): seconds, for CI."),
+                               help="Reduced grid (smallest pod and size): seconds, for CI. "
+                                    "--gpus, --sizes and --tbs-per-peer, when given, are kept."),
     spec_dir: Path | None = typer.Option(None, "--spec-dir",
                                          help="Folder of figN.toml sweep specs (default: scripts/sweeps)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),

@@ -27,7 +27,7 @@ import dataclasses
 import io
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -105,21 +105,26 @@ def figure_spec_path(name: str, spec_dir: str | Path | None = None) -> Path:
     return path
 
 
-def quick_spec(name: str, spec: SweepSpec) -> SweepSpec:
+def quick_spec(name: str, spec: SweepSpec, keep: Collection[str] = ()) -> SweepSpec:
     """A reduced grid of ``spec`` for tests and CI (seconds): a 2-GPU pod and the 100 kB size
     (100 kB and 1 MB for fig12, whose subject is size; the two smallest GEMMs for fig14);
     only the first ``tbs_per_peer`` value (all of them for fig13, where they are the series,
     with its coarsest and finest NAR granularity); every other dimension is kept, so the figure
     keeps all its series and panels; ``[[grid.also]]`` grids are left out. Its numbers are a
-    smoke test, not the figure's."""
+    smoke test, not the figure's. The grid axes named in ``keep`` (``gpus``, ``sizes``,
+    ``tbs_per_peer``: those the user gave, :func:`run_figure`'s ``only``) are not reduced, so
+    ``--quick --gpus 4`` runs a 4-GPU pod, as its output's name says."""
     _check_name(name)
     sizes = (QUICK_SIZE_BYTES, 10 * QUICK_SIZE_BYTES) if name == "fig12" else (QUICK_SIZE_BYTES,)
     tbs = spec.tbs_per_peer if name == _TBS_SERIES_FIGURE else spec.tbs_per_peer[:1]
     grans = spec.nar_granularities
     if name == _TBS_SERIES_FIGURE and len(grans) > 2:
         grans = (grans[0], grans[-1])
-    return dataclasses.replace(spec, name=f"{spec.name}-quick", gpus=(QUICK_GPUS,), sizes_bytes=sizes,
-                               tbs_per_peer=tbs, nar_granularities=grans,
+    return dataclasses.replace(spec, name=f"{spec.name}-quick",
+                               gpus=spec.gpus if "gpus" in keep else (QUICK_GPUS,),
+                               sizes_bytes=spec.sizes_bytes if "sizes" in keep else sizes,
+                               tbs_per_peer=spec.tbs_per_peer if "tbs_per_peer" in keep else tbs,
+                               nar_granularities=grans,
                                gemm_bytes=tuple(sorted(spec.gemm_bytes)[:2]), also=())
 
 
@@ -145,7 +150,7 @@ def run_figure(name: str, out_dir: str | Path, *, spec_dir: str | Path | None = 
     if only:
         spec = restrict_grid(spec, only)
     if quick:
-        spec = quick_spec(name, spec)
+        spec = quick_spec(name, spec, keep=tuple(only or ()))
     if windowed is not None:
         spec = windowed_spec(spec, windowed)
     if max_packet_bytes is not None:

@@ -23,7 +23,7 @@ from nuna.experiments.figures import (
     render,
     save_figure,
 )
-from nuna.experiments.spec import expand
+from nuna.experiments.spec import expand, restrict_grid
 from nuna.experiments.sweep import load_sweep_spec
 from nuna.sim.result import COARSE_PACKET_BYTES
 from nuna.units import format_size
@@ -288,6 +288,16 @@ def test_every_figure_has_a_spec_and_a_small_quick_grid(name: str) -> None:
     assert len(points) <= 16
     assert {p.gpus for p in points} == {QUICK_GPUS}
     assert {p.config for p in points} == {p.config for p in full}  # every series kept
+
+
+def test_quick_keeps_the_axes_the_user_gave() -> None:
+    # --quick --gpus 4 ran a 2-GPU pod under a name that said gpus4
+    spec = restrict_grid(load_sweep_spec(figure_spec_path("fig9", REPO / "scripts" / "sweeps")),
+                         {"gpus": ["4"], "sizes": ["1MiB"], "collectives": ["allgather"]})
+    points = expand(quick_spec("fig9", spec, keep=("gpus", "sizes", "collectives")))
+    assert {(p.gpus, p.size_bytes, p.collective) for p in points} == {(4, 1 << 20, "allgather")}
+    assert {p.tbs_per_peer for p in points} == {1}  # not given: reduced as ever
+    assert {p.gpus for p in expand(quick_spec("fig9", spec))} == {QUICK_GPUS}
 
 
 def test_fig9_spec_is_the_papers_grid() -> None:
