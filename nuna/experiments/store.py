@@ -102,11 +102,14 @@ def check_reuse_folders(reuse: Sequence[Path], out_dir: Path) -> None:
 def prepare(out_dir: Path) -> None:
     """Create the folder layout; raise ``InputError`` if ``out_dir`` cannot be a sweep folder."""
     make_folder(out_dir, "sweep folder")
-    try:
-        results_dir(out_dir).mkdir(exist_ok=True)
-        failures_dir(out_dir).mkdir(exist_ok=True)
-    except OSError as err:
-        raise InputError(f"{out_dir}: cannot create the sweep folder: {err.strerror or err}") from None
+    for sub in (results_dir(out_dir), failures_dir(out_dir)):
+        try:
+            sub.mkdir(exist_ok=True)
+        except FileExistsError:  # mkdir's exist_ok covers folders only
+            raise InputError(f"{sub}: not a folder; a sweep folder keeps its points in "
+                             f"{sub.name}/ (move the file away)") from None
+        except OSError as err:
+            raise InputError(f"{sub}: cannot create it: {err.strerror or err}") from None
 
 
 @contextlib.contextmanager
