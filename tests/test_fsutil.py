@@ -167,13 +167,3 @@ def test_read_input_unreadable_file(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="cannot read: Permission denied"):
         read_input(target, "plan file")
 
-
-@pytest.mark.parametrize("sub", ["results", "failures"])
-def test_a_sweep_folder_whose_subfolder_is_a_file_is_named_and_kept(tmp_path: Path, sub: str) -> None:
-    # mkdir's 'File exists' read as if the sweep folder itself could not be made
-    from nuna.experiments.store import prepare
-
-    (tmp_path / sub).write_text("mine")
-    with pytest.raises(InputError, match=rf"{sub}: not a folder; a sweep folder keeps its points in {sub}/"):
-        prepare(tmp_path)
-    assert (tmp_path / sub).read_text() == "mine"

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from nuna.errors import InputError, UsageError
+from nuna.experiments import store
 from nuna.experiments.executors import run_tasks
 from nuna.experiments.spec import expand, point_id
 from nuna.experiments.sweep import SweepProgress, load_results, load_sweep_spec, run_sweep, sweep_status
@@ -581,3 +582,12 @@ def test_load_results_reads_only_files_the_index_may_name(tmp_path: Path) -> Non
     (folder / "index.json").write_text(json.dumps(index))
     with pytest.raises(InputError, match="malformed sweep index"):
         load_results(folder)
+
+
+@pytest.mark.parametrize("sub", ["results", "failures"])
+def test_a_sweep_folder_whose_subfolder_is_a_file_is_named_and_kept(tmp_path: Path, sub: str) -> None:
+    # mkdir's 'File exists' read as if the sweep folder itself could not be made
+    (tmp_path / sub).write_text("mine")
+    with pytest.raises(InputError, match=rf"{sub}: not a folder; a sweep folder keeps its points in {sub}/"):
+        store.prepare(tmp_path)
+    assert (tmp_path / sub).read_text() == "mine"
