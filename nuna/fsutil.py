@@ -128,7 +128,7 @@ def read_input(path: str | os.PathLike[str], what: str, *, limit_bytes: int | No
     block the read."""
     name = os.fspath(path)
     try:
-        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # not inherited (PEP 446)
     except FileNotFoundError:
         raise error(f"{name}: no such {what}") from None
     except IsADirectoryError:  # where a folder cannot be opened (Linux opens it)

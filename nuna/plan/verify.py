@@ -290,6 +290,20 @@ def gpu_count_mismatch(plan: Plan) -> str | None:
     return f"ngpus={plan.ngpus} but the plan has {len(plan.gpus)} <gpu> elements"
 
 
+def self_peer_threadblocks(flat: FlatPlan) -> tuple[tuple[str, npt.NDArray[np.intp]], ...]:
+    """Per role (``send``, ``recv``), the threadblocks (rows of ``flat``'s threadblock arrays)
+    whose peer is their own GPU: an error for validate, and a plan the simulator refuses (an
+    executor has no connection from a GPU to itself)."""
+    return tuple((role, np.flatnonzero((col != NONE) & (col == flat.tb_gpu)))
+                 for role, col in (("send", flat.tb_send), ("recv", flat.tb_recv)))
+
+
+def self_peer_message(flat: FlatPlan, role: str, t: int) -> str:
+    """What is wrong with threadblock row ``t`` of :func:`self_peer_threadblocks`."""
+    col = flat.tb_send if role == "send" else flat.tb_recv
+    return f"{role} peer is the gpu itself ({role}={int(col[t])})"
+
+
 def _check_gpus(plan: Plan, f: _Findings) -> bool:
     """Ids and buffer sizes; False when later checks cannot index GPUs by id."""
     at = f.at_plan()
@@ -363,11 +377,12 @@ def _check_threadblocks(plan: Plan, flat: FlatPlan, f: _Findings) -> bool:
         t = int(gpu_start[s])
         f.warn_grouped("many-tbs", f"{f.at_gpu(int(flat.tb_gpu_pos[t]))}{int(sizes[s])} threadblocks; the "
                                    f"MSCCL executor runs at most {EXECUTOR_MAX_TBS}")
+    for role, own in self_peer_threadblocks(flat):
+        for t in own.tolist():
+            f.error(f"{at_tb(t)}{self_peer_message(flat, role, t)}")
+            ok = False
     for role, col in (("send", flat.tb_send), ("recv", flat.tb_recv)):
         has = col != NONE
-        for t in np.flatnonzero(has & (col == flat.tb_gpu)).tolist():
-            f.error(f"{at_tb(t)}{role} peer is the gpu itself ({role}={int(col[t])})")
-            ok = False
         for t in np.flatnonzero(has & (col != flat.tb_gpu) & ((col < 0) | (col >= plan.ngpus))).tolist():
             f.error(f"{at_tb(t)}{role}={int(col[t])} is not a gpu (ngpus={plan.ngpus})")
             ok = False

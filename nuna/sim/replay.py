@@ -37,7 +37,7 @@ from nuna.errors import SimulationError, UsageError
 from nuna.plan.dag import NONE, STEP_TYPES, FlatPlan, ReplayDag, build_dag, finish_times, flatten
 from nuna.plan.generate import generate
 from nuna.plan.ir import Plan
-from nuna.plan.verify import SizeFit, gpu_count_mismatch, size_fit
+from nuna.plan.verify import SizeFit, gpu_count_mismatch, self_peer_message, self_peer_threadblocks, size_fit
 from nuna.sim import engine as eng
 from nuna.sim import fastforward
 from nuna.sim.fastforward import FastForward
@@ -142,13 +142,12 @@ def _check_peers(flat: FlatPlan, plan: Plan) -> None:
     """No threadblock sends to or receives from its own GPU: an executor has no connection from
     a GPU to itself, and the replay would move the data as remote stores through the GPU's own
     ports and the switch (``nuna validate`` reports it the same way, as an error)."""
-    for role, col in (("send", flat.tb_send), ("recv", flat.tb_recv)):
-        own = np.flatnonzero((col != NONE) & (col == flat.tb_gpu))
+    for role, own in self_peer_threadblocks(flat):
         if own.size:
             t = int(own[0])
             more = f" (and {own.size - 1} more threadblocks)" if own.size > 1 else ""
             raise SimulationError(f"plan {plan.name}: gpu {int(flat.tb_gpu[t])} tb {int(flat.tb_id[t])}: "
-                                  f"{role} peer is the gpu itself ({role}={int(col[t])}){more}")
+                                  f"{self_peer_message(flat, role, t)}{more}")
 
 
 def _addresses(flat: FlatPlan, dag: ReplayDag, layout: MemoryLayout, n_gpu: I64) -> tuple[I64, I64]:
