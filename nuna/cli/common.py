@@ -15,7 +15,8 @@ import typer
 
 from nuna.errors import UsageError
 from nuna.experiments.sweep import SweepProgress
-from nuna.fsutil import check_writable, looks_like_path, write_atomic
+from nuna.fsutil import check_writable, write_atomic
+from nuna.topology.spec import is_topology_path
 from nuna.units import parse_size
 
 
@@ -81,7 +82,8 @@ def check_outputs(*paths: Path | None, inputs: Sequence[Path | str | None] = ())
     Also if two outputs name one file, or an output names one of the command's ``inputs`` (a
     plan, a topology file, a result): the write would replace the user's input, by a file of
     another kind for most commands (``nuna dag in.xml -o in.xml`` wrote GraphML over the plan).
-    An input given as a registered name (a shipped topology) is not a path and is skipped."""
+    Inputs given as text are topologies: a shipped name is not a path and is skipped (the
+    topology loader's rule, ``is_topology_path``)."""
     given = [path for path in paths if path is not None]
     for path in given:
         check_writable(path)
@@ -90,7 +92,7 @@ def check_outputs(*paths: Path | None, inputs: Sequence[Path | str | None] = ())
         if real[i] in real[:i]:
             raise UsageError(f"{path}: given for two outputs; each needs a file of its own")
     read = [Path(item) for item in inputs
-            if item is not None and (isinstance(item, Path) or looks_like_path(item, ".toml"))]
+            if item is not None and (isinstance(item, Path) or is_topology_path(item))]
     for path in given:
         for source in read:
             if _same_file(path, source):
