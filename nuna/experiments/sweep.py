@@ -28,6 +28,7 @@ from nuna.experiments.spec import (
     topology_file_sha256,
 )
 from nuna.experiments.store import load_results
+from nuna.text import one_line
 
 __all__ = [
     "FailedPoint",
@@ -71,7 +72,8 @@ class FailedPoint:
     this_run: bool
 
     def describe(self) -> str:
-        return f"{self.point_id} ({self.label}): {self.error_type}: {self.message}"
+        # the message may quote user data (a plan's name, a path): printed, it must stay one line
+        return one_line(f"{self.point_id} ({self.label}): {self.error_type}: {self.message}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -328,7 +328,7 @@ def format_search(s: CountSearch) -> str:
     lines = _aligned(table)
     how = (f"{s.counts[0]} threadblocks per peer" if len(s.counts) == 1 else
            "each configuration at its best threadblock count (paper §5.1)")
-    head = [f"{s.label} on {d.topology}, {format_size(s.size_bytes)}: {how}"]
+    head = [f"{s.label} on {one_line(d.topology)}, {format_size(s.size_bytes)}: {how}"]
     return "\n".join(head + lines + ["", f"in detail at {s.shown_count} per peer, where "
                                          f"{s.configs[-1]} is fastest:", format_comparison(d)])
 
@@ -355,7 +355,7 @@ def latency_figure(c: Comparison) -> Figure:
         ax.set_xlabel("remote store latency (ns)")
         ax.set_xlim(0, hi * 1.05)
     axes[0].set_ylabel("fraction of 256 B stores")
-    fig.suptitle(f"{one_line(c.plan)}, {format_size(c.size_bytes)} ({c.topology})", fontsize=10)
+    fig.suptitle(f"{one_line(c.plan)}, {format_size(c.size_bytes)} ({one_line(c.topology)})", fontsize=10)
     fig.tight_layout()
     return fig
 

@@ -407,6 +407,9 @@ class _Parser:
         value = doc[key]
         if not isinstance(value, str) or not value.strip():
             raise self.fail(key, "expected a non-empty string")
+        if not value.isprintable():
+            # names and descriptions are printed in reports, headers and figure titles
+            raise self.fail(key, "expected one line of printable text (no newline, tab or control character)")
         return value
 
     def table(self, doc: Mapping[str, Any], key: str) -> Mapping[str, Any]:
@@ -426,6 +429,9 @@ class _Parser:
         source = item["source"]
         if not isinstance(source, str) or not source.strip():
             raise self.fail(dotted, "source must be a non-empty string")
+        if not source.isprintable():
+            raise self.fail(dotted, "source must be one line of printable text "
+                                    "(no newline, tab or control character)")
         self.sources.append((dotted, source))
         return item["value"]
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from nuna.experiments.spec import expand
-from nuna.experiments.sweep import load_results, load_sweep_spec
+from nuna.experiments.sweep import FailedPoint, load_results, load_sweep_spec
 
 GRID_HEAD = '[grid]\ncollectives = ["allgather"]\ngpus = [8]\n'
 
@@ -180,3 +180,12 @@ def test_cli_refuses_what_would_fail_or_overwrite_before_running(
     assert dry.code == 1
     assert dry.err.count("\n") == 1
     assert f"{bad}: [fixed] packet_bytes: packet size must be 'auto' or a multiple of the 256" in dry.err
+
+
+def test_a_failure_is_listed_on_one_printable_line() -> None:
+    # a failure record holds the error's words, which may quote a plan's name or a path
+    failure = FailedPoint("abc123", "allgather gpus2", "PlanError", "plan 'x\x1b[31m\ny' is bad", True)
+    line = failure.describe()
+    assert line.isprintable()
+    assert "\\x1b[31m\\ny" in line
+    assert line.startswith("abc123 (allgather gpus2): PlanError: plan 'x")

@@ -129,6 +129,13 @@ BAD_FILES = {
                         r"nar\.mode: unknown key"),
     "nar bad choice": (_mutate('port_choice = { value = "address"', 'port_choice = { value = "stack"'),
                        r"nar\.port_choice: 'stack' is not one of address, cu"),
+    # a name, description or source is printed in headers, reports and figure titles
+    "name with a newline": (_mutate('name = "nuna-4die"', 'name = "a\\nnuna: error: forged"'),
+                            r"name: expected one line of printable text"),
+    "description with an escape": (_mutate('description = "', 'description = "\\u001b[31m'),
+                                   r"description: expected one line of printable text"),
+    "source with a newline": (_mutate('value = 6, source = "', 'value = 6, source = "x\\n'),
+                              r"chip\.die_cols: source must be one line of printable text"),
 }
 
 
