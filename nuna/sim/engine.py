@@ -1564,11 +1564,13 @@ def build_jobs(n_bytes: I8, n_gpu: I4, n_peer: I4, n_addr: I8, page_base: I8, pa
     j_bytes = np.zeros(max(1, capacity), np.int64)
     j_cls = np.full((max(1, capacity), 5), -1, np.int16)
     nports = np.uint64(dom_ports.shape[1])
-    width = 2  # columns of a class row: port + 1 for ports -1 .. the largest
+    # counts start as np.int64, not literals: a literal argument (``width = 2``) made numba
+    # compile _class_row and _close_classes once more per literal seen during type inference
+    width = np.int64(2)  # columns of a class row: port + 1 for ports -1 .. the largest
     for r in range(dom_ports.shape[0]):
         for c in range(dom_ports.shape[1]):
             width = max(width, dom_ports[r, c] + 2)
-    nclass = 0  # rows in the table
+    nclass = np.int64(0)  # rows in the table
     nopen = 0  # classes (rows x ports) open
     max_lines = 1
     max_rows = 1  # class rows one node may open: one per run, a run ending where a page does
@@ -1643,7 +1645,7 @@ def build_jobs(n_bytes: I8, n_gpu: I4, n_peer: I4, n_addr: I8, page_base: I8, pa
                         if j < 0:
                             if nopen >= max_open:
                                 _close_classes(tab, used, slots, nclass, width)
-                                nclass, nopen, first = 1, 0, _reopen(tab, used, key)
+                                nclass, nopen, first = np.int64(1), 0, _reopen(tab, used, key)
                                 col = first + port + 1
                             nopen += 1
                         slots[col] = count
@@ -1666,7 +1668,8 @@ def build_jobs(n_bytes: I8, n_gpu: I4, n_peer: I4, n_addr: I8, page_base: I8, pa
                 pg2, w2, s2 = _next_line_page(pg2, w2, s2, step, page_bytes, page_stack)
                 pg3, w3, s3 = _next_line_page(pg3, w3, s3, step, page_bytes, page_stack)
             _close_classes(tab, used, slots, nclass, width)
-            nclass = nopen = 0
+            nclass = np.int64(0)
+            nopen = 0
             j_bytes[base:base + count] = acc[:count]
             if packet_bytes > line_bytes and count > 1:
                 # issue in the order of each packet's mean line index, the order in which a
