@@ -1506,7 +1506,7 @@ def _probe(tab: I8, key: int) -> Any:
 
 
 @njit(cache=True)
-def _class_row(tab: I8, used: I8, count: int, key: int, width: int) -> tuple:
+def _class_row(tab: I8, used: I8, count: int | np.int64, key: int, width: int | np.int64) -> tuple:
     """``(count, column)``: the first column of the row of stacks ``key`` (its slots in the
     ``slots`` array), a new row if it is not in the table, which holds ``count`` rows and has
     room for one more (its slots are all -1 until a line opens them)."""
@@ -1532,7 +1532,7 @@ def _reopen(tab: I8, used: I8, key: int) -> int:
 
 
 @njit(cache=True)
-def _close_classes(tab: I8, used: I8, slots: I8, count: int, width: int) -> None:
+def _close_classes(tab: I8, used: I8, slots: I8, count: int | np.int64, width: int | np.int64) -> None:
     """Forget the ``count`` open classes (their jobs stay as they are)."""
     for u in range(count):
         first = tab[used[u], 1]
