@@ -45,6 +45,10 @@ _QUEUE_PER_WORKER = 2
 # Thread-pool sizes read by numba, OpenMP and BLAS libraries when they are first imported.
 _THREAD_VARIABLES = ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
+# The threads a worker's numba parallel sections are to run on, as the driver chose them:
+# ``NUMBA_NUM_THREADS`` cannot carry it to a worker that imported numba before it was set (below).
+_NUMBA_SHARE_VARIABLE = "NUNA_WORKER_NUMBA_THREADS"
+
 
 @dataclass(frozen=True, slots=True)
 class Task:
@@ -92,17 +96,19 @@ def resolve_point_function(name: str) -> PointFunction:
     return func
 
 
-def _share_numba_threads() -> None:
-    """Run numba's parallel sections on ``NUMBA_NUM_THREADS`` threads where numba was imported
-    before the variable was set: numba reads it at import, and a spawned worker imports its
-    parent's main module first (the ``nuna`` script, which imports numba), as dask's workers do
-    too. Left alone, every worker's windowed replays ran on all the cores, two workers' threads
-    on two cores (docs/results.md, Speed). The count is the calling thread's, so
-    :func:`execute` sets it where each task runs, in a local worker's main thread or a dask
-    worker's executor thread."""
-    wanted = os.environ.get("NUMBA_NUM_THREADS")
-    if wanted is None or "numba" not in sys.modules:
+def _share_numba_threads(wanted: str | None) -> None:
+    """Run numba's parallel sections on ``wanted`` threads (None: leave them as they are).
+
+    Before numba is imported, ``NUMBA_NUM_THREADS`` does it (numba reads it at import). After,
+    only ``numba.set_num_threads`` can: a spawned worker imports its parent's main module first
+    (the ``nuna`` script, which imports numba), as dask's workers do too, and left alone every
+    worker's windowed replays ran on all the cores, two workers' threads on two cores
+    (docs/results.md, Speed). The count is the calling thread's, so it is set where each task
+    runs (:func:`execute`): a local worker's main thread or a dask worker's executor thread."""
+    if wanted is None:
         return
+    if "numba" not in sys.modules:
+        os.environ.setdefault("NUMBA_NUM_THREADS", wanted)
     import numba
 
     numba.set_num_threads(max(1, min(int(wanted), int(numba.config.NUMBA_NUM_THREADS))))  # type: ignore[attr-defined]
@@ -112,7 +118,7 @@ def execute(task: Task) -> Outcome:
     """Run one task in a worker. Every exception of the point becomes a failed outcome, so one
     bad point never stops a sweep; the result is checked to be JSON data here, where the
     traceback still names the point."""
-    _share_numba_threads()
+    _share_numba_threads(os.environ.get(_NUMBA_SHARE_VARIABLE, os.environ.get("NUMBA_NUM_THREADS")))
     start = time.perf_counter()
     try:
         func = resolve_point_function(task.point_function)
@@ -223,12 +229,28 @@ def _run_local(tasks: Sequence[Task], jobs: int) -> Iterator[Outcome]:
                     process.join()
 
 
+def _worker_environment(threads: int) -> dict[str, str]:
+    """The variables a worker starts with: ``threads`` for each thread pool, where the user has
+    not set its variable, and the numba share (:data:`_NUMBA_SHARE_VARIABLE`).
+
+    Not ``NUMBA_NUM_THREADS`` itself: a spawned worker may have imported numba already (from its
+    parent's main module), and numba rereads the variable at every compile and raises once its
+    threads have started if the value changed since import. Every point of a sweep on a cold
+    numba cache failed so, in local and dask workers alike."""
+    numba_threads = os.environ.get("NUMBA_NUM_THREADS", str(threads))  # a value the user set is kept
+    env = {name: os.environ.get(name, str(threads))
+           for name in _THREAD_VARIABLES if name != "NUMBA_NUM_THREADS"}
+    env[_NUMBA_SHARE_VARIABLE] = numba_threads
+    return env
+
+
 def _start_worker(threads: int, driver: int) -> None:
     """Worker start-up: share the cores between workers, so that numba or BLAS thread pools in
-    every worker do not each claim all of them (a value the user set is kept), make garbage
-    collections rare (:func:`nuna.process.tune_gc`) and die with the driver."""
-    for name in _THREAD_VARIABLES:
-        os.environ.setdefault(name, str(threads))
+    every worker do not each claim all of them (:func:`_worker_environment`; numba's share is set
+    where each task runs, :func:`execute`), make garbage collections rare
+    (:func:`nuna.process.tune_gc`) and die with the driver."""
+    for name, value in _worker_environment(threads).items():
+        os.environ.setdefault(name, value)
     tune_gc()
     _die_with(driver)
 
@@ -266,10 +288,9 @@ def _run_dask(tasks: Sequence[Task], jobs: int | None, scheduler: str | None) ->
             workers = max(1, min(jobs or default_jobs(), len(tasks)))
             # as the local pool's: the cores are shared between workers (a windowed replay runs
             # its GPUs on numba's threads, which would each claim every core)
-            threads = str(max(1, default_jobs() // workers))
+            threads = max(1, default_jobs() // workers)
             cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                   dashboard_address=None,
-                                   env={name: os.environ.get(name, threads) for name in _THREAD_VARIABLES})
+                                   dashboard_address=None, env=_worker_environment(threads))
             client = Client(cluster)
             client.run(tune_gc)  # workers we started are ours to tune, as the local pool's are
         else:

@@ -72,3 +72,15 @@ def env_point(point: dict[str, Any]) -> dict[str, Any]:
     import numba
 
     return {"numba_threads": os.environ.get("NUMBA_NUM_THREADS"), "numba_running": numba.get_num_threads()}
+
+
+def compile_point(point: dict[str, Any]) -> dict[str, Any]:
+    """Compiles a numba function in the worker, as a point does on a cold numba cache: numba
+    rereads its environment variables at each compile, after the worker set its threads."""
+    import numba
+
+    @numba.njit(cache=False)
+    def twice(x: int) -> int:
+        return 2 * x
+
+    return {"value": int(twice(point["gpus"])), "numba_running": numba.get_num_threads()}

@@ -495,18 +495,21 @@ def test_workers_share_the_cores_between_their_thread_pools(
     assert {r["result"]["numba_threads"] for r in load_results(tmp_path / "b")} == {"3"}
 
 
-@pytest.mark.parametrize("executor", ["local", "dask"])
+@pytest.mark.parametrize(("executor", "point_function"), [
+    ("local", "env_point"), ("dask", "env_point"), ("local", "compile_point"), ("dask", "compile_point")])
 def test_cli_workers_run_numba_on_their_share_of_the_cores(
         fake_points: str, write_spec: Callable[..., Path], tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch, executor: str) -> None:
+        monkeypatch: pytest.MonkeyPatch, executor: str, point_function: str) -> None:
     """A spawned worker imports its parent's main module first: from the CLI's, numba comes in
     before the worker sets NUMBA_NUM_THREADS, and reads it then. The threads numba runs on must
     still be the worker's share (two workers' windowed replays on every core each ran 2.7x
-    slower, docs/results.md, Speed)."""
+    slower, docs/results.md, Speed), and a point that compiles (a cold numba cache) must run:
+    numba rereads NUMBA_NUM_THREADS at each compile and refuses a value changed after its
+    threads started, which failed every point of a first sweep."""
     from nuna.experiments.executors import default_jobs
 
     monkeypatch.delenv("NUMBA_NUM_THREADS", raising=False)
-    text = ('[sweep]\npoint_function = "sweep_fake_points:env_point"\n'
+    text = (f'[sweep]\npoint_function = "sweep_fake_points:{point_function}"\n'
             '[grid]\ncollectives = ["allgather"]\ngpus = [2, 4]\nsizes = ["1MB"]\nconfigs = ["UA"]\n')
     spec_path = write_spec(text)
     driver = tmp_path / "nuna_main.py"  # a file, as the `nuna` script is: spawn imports it
