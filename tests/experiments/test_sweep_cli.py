@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import pty
+import struct
+import subprocess
+import sys
+import termios
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -189,3 +196,36 @@ def test_a_failure_is_listed_on_one_printable_line() -> None:
     assert line.isprintable()
     assert "\\x1b[31m\\ny" in line
     assert line.startswith("abc123 (allgather gpus2): PlanError: plan 'x")
+
+
+def test_the_progress_bar_draws_when_stderr_is_a_terminal(fake_points: str, write_spec: Callable[..., Path],
+                                                          tmp_path: Path) -> None:
+    # the bar is drawn only on a terminal, which the in-process CLI never has: a sweep on a
+    # terminal failed with ModuleNotFoundError while tqdm was used but not a dependency
+    spec_path = write_spec()
+    primary, secondary = pty.openpty()
+    # a new pseudo-terminal has 0 columns, in which the bar draws nothing: give it a terminal's
+    fcntl.ioctl(secondary, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
+    main = "import sys; from nuna.cli import main; sys.argv[0] = 'nuna'; main()"
+    out = str(tmp_path / "out")
+    try:
+        proc = subprocess.Popen([sys.executable, "-c", main, "sweep", str(spec_path), "-o", out, "-j", "1"],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=secondary)
+        os.close(secondary)  # read while it runs: a full terminal would block its writes
+        drawn = b""
+        while True:
+            try:
+                chunk = os.read(primary, 65536)
+            except OSError:  # the sweep closed its end and everything was read
+                break
+            if not chunk:
+                break
+            drawn += chunk
+        proc.wait(timeout=300)
+    finally:
+        os.close(primary)
+    total = len(expand(load_sweep_spec(spec_path)))
+    assert proc.returncode == 0, drawn.decode(errors="replace")
+    assert f"{total}/{total}".encode() in drawn  # the bar reached the end
+    assert b"Traceback" not in drawn
+    assert b"error" not in drawn
