@@ -28,6 +28,8 @@ def figure(
     spec_dir: Path | None = typer.Option(None, "--spec-dir",
                                          help="Folder of figN.toml sweep specs (default: scripts/sweeps)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+    retry_failed: bool = typer.Option(False, "--retry-failed", help="Rerun the figure's points recorded "
+                                      "as failed (a rerun without it leaves them out again)."),
     topology: str | None = typer.Option(None, "--topology", "-t",
                                         help="Run the figure's grid on this topology (name or .toml path) "
                                              "instead of the spec's."),
@@ -70,7 +72,7 @@ def figure(
         cap = None if max_packet_bytes is None else parse_size_option(max_packet_bytes)
         result = run_figure(name, out, spec_dir=spec_dir, quick=quick, executor=executor.value, jobs=jobs,
                             progress=bar, only=only, windowed=windowed, max_packet_bytes=cap,
-                            fast_forward=fast_forward,
+                            fast_forward=fast_forward, retry_failed=retry_failed,
                             line_setups=None if line_setups is None else line_setups.value)
     finally:
         bar.close()
@@ -91,7 +93,8 @@ def figure(
     for failure in s.failed:
         typer.echo(f"failed: {failure.describe()}", err=True)
     if s.failed:
-        typer.echo(f"nuna: error: {len(s.failed)} point(s) failed; the figure leaves them out", err=True)
+        typer.echo(f"nuna: error: {len(s.failed)} point(s) failed; the figure leaves them out "
+                   "(rerun with --retry-failed to try them again)", err=True)
         raise typer.Exit(1)
 
 

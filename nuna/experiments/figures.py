@@ -133,13 +133,14 @@ def run_figure(name: str, out_dir: str | Path, *, spec_dir: str | Path | None = 
                progress: ProgressCallback | None = None,
                only: Mapping[str, Sequence[str]] | None = None, windowed: bool | None = None,
                max_packet_bytes: int | None = None, fast_forward: bool = False,
-               line_setups: str | None = None) -> FigureOutput:
+               line_setups: str | None = None, retry_failed: bool = False) -> FigureOutput:
     """Run (or resume) figure ``name``'s sweep under ``out_dir/sweeps`` and write
     ``out_dir/NAME.{png,svg,json}`` (``NAME-quick.*`` with ``quick``). ``only`` replaces grid
     axes (:func:`nuna.experiments.spec.restrict_grid`: a partial grid, named after the change,
     before ``quick`` reduces it further). Points that the figure's other sweep folders under
     ``out_dir/sweeps`` already hold (the full grid, other partial grids) are reused, not rerun.
-    Points that failed are left out of the picture; the summary says which. ``windowed``
+    Points that failed are left out of the picture; the summary says which, and a rerun with
+    ``retry_failed`` runs them again (as :func:`nuna.experiments.sweep.run_sweep`). ``windowed``
     replays every point with windowed scheduling or with one queue
     (:func:`nuna.experiments.spec.windowed_spec`); ``None`` leaves it to the simulator.
     ``max_packet_bytes`` caps ``"auto"``'s packets (:func:`nuna.experiments.spec.packet_cap_spec`);
@@ -176,7 +177,8 @@ def run_figure(name: str, out_dir: str | Path, *, spec_dir: str | Path | None = 
     # hand, say) has nothing to reuse and is no reason to refuse the run
     siblings = [d for d in sorted((out / "sweeps").iterdir())
                 if d.is_dir() and (d.name == name or d.name.startswith(f"{name}-")) and is_sweep_folder(d)]
-    summary = run_sweep(spec, sweep_dir, executor=executor, jobs=jobs, progress=progress, reuse=siblings)
+    summary = run_sweep(spec, sweep_dir, executor=executor, jobs=jobs, retry_failed=retry_failed,
+                        progress=progress, reuse=siblings)
     data = figure_data(name, load_results(sweep_dir))
     stem = out / spec.name
     png, svg = save_figure(render(name, data), stem)

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nuna.errors import InputError, UsageError
+from nuna.experiments import store
 from nuna.experiments.figures import (
     FIGURES,
     QUICK_GPUS,
@@ -380,6 +381,31 @@ def test_cli_figure_fig10_quick_end_to_end(figure_cli: Callable[..., Any], tmp_p
     assert again.code == 0
     assert "0 ran" in again.out
     assert (tmp_path / "fig10-quick.svg").read_bytes() == first_svg
+
+
+def test_cli_figure_retries_failed_points_on_request(figure_cli: Callable[..., Any], tmp_path: Path) -> None:
+    # a first sweep on a cold numba cache once failed every point; its figure must be able to
+    # run them again without deleting the folder
+    args = ("figure", "fig10", "--quick", "-o", tmp_path, "--jobs", "1", "-q")
+    assert figure_cli(*args).code == 0
+    folder = tmp_path / "sweeps" / "fig10-quick"
+    result = sorted((folder / "results").glob("*.json"))[0]
+    record = json.loads(result.read_text())
+    record = {key: value for key, value in record.items() if key not in ("result", "format")}
+    record |= {"format": store.FAILURE_FORMAT, "error": {"type": "RuntimeError", "message": "injected"}}
+    (folder / "failures").mkdir(exist_ok=True)
+    (folder / "failures" / result.name).write_text(json.dumps(record))
+    result.unlink()
+    left_out = figure_cli(*args)
+    assert left_out.code == 1
+    assert "0 ran" in left_out.out
+    assert "RuntimeError: injected" in left_out.err
+    assert "--retry-failed" in left_out.err.splitlines()[-1]
+    retried = figure_cli(*args, "--retry-failed")
+    assert retried.code == 0, retried.err
+    assert "(1 ran, " in retried.out
+    assert result.is_file()
+    assert not (folder / "failures" / result.name).exists()
 
 
 def test_cli_figure_notes_coarse_packets_and_caps_them_on_request(figure_cli: Callable[..., Any],
