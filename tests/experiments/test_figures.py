@@ -355,18 +355,8 @@ def test_missing_spec_is_an_input_error(tmp_path: Path) -> None:
         figure_spec_path("fig9", tmp_path)
 
 
-@pytest.fixture
-def figure_cli(run_cli: Callable[..., Any]) -> Callable[..., Any]:
-    """``run_cli`` with the figure command registered (the root wires it in once merged)."""
-    from nuna.cli import app, figure_cmds
-
-    if not any(c.name == "figure" for c in app.registered_commands):
-        figure_cmds.register(app)
-    return run_cli
-
-
-def test_cli_figure_fig10_quick_end_to_end(figure_cli: Callable[..., Any], tmp_path: Path) -> None:
-    res = figure_cli("figure", "fig10", "--quick", "-o", tmp_path, "--jobs", "1", "-q")
+def test_cli_figure_fig10_quick_end_to_end(run_cli: Callable[..., Any], tmp_path: Path) -> None:
+    res = run_cli("figure", "fig10", "--quick", "-o", tmp_path, "--jobs", "1", "-q")
     assert res.code == 0, res.err
     data = json.loads((tmp_path / "fig10-quick.json").read_text())
     assert [p["config"] for p in data["panels"]] == ["UA", "NAP+NAR"]
@@ -377,17 +367,17 @@ def test_cli_figure_fig10_quick_end_to_end(figure_cli: Callable[..., Any], tmp_p
     assert (tmp_path / "sweeps" / "fig10-quick" / "index.json").is_file()
     first_svg = (tmp_path / "fig10-quick.svg").read_bytes()
     # a second run reuses the sweep's results and writes the same figure
-    again = figure_cli("figure", "fig10", "--quick", "-o", tmp_path, "--jobs", "1", "-q")
+    again = run_cli("figure", "fig10", "--quick", "-o", tmp_path, "--jobs", "1", "-q")
     assert again.code == 0
     assert "0 ran" in again.out
     assert (tmp_path / "fig10-quick.svg").read_bytes() == first_svg
 
 
-def test_cli_figure_retries_failed_points_on_request(figure_cli: Callable[..., Any], tmp_path: Path) -> None:
+def test_cli_figure_retries_failed_points_on_request(run_cli: Callable[..., Any], tmp_path: Path) -> None:
     # a first sweep on a cold numba cache once failed every point; its figure must be able to
     # run them again without deleting the folder
     args = ("figure", "fig10", "--quick", "-o", tmp_path, "--jobs", "1", "-q")
-    assert figure_cli(*args).code == 0
+    assert run_cli(*args).code == 0
     folder = tmp_path / "sweeps" / "fig10-quick"
     result = sorted((folder / "results").glob("*.json"))[0]
     record = json.loads(result.read_text())
@@ -396,19 +386,19 @@ def test_cli_figure_retries_failed_points_on_request(figure_cli: Callable[..., A
     (folder / "failures").mkdir(exist_ok=True)
     (folder / "failures" / result.name).write_text(json.dumps(record))
     result.unlink()
-    left_out = figure_cli(*args)
+    left_out = run_cli(*args)
     assert left_out.code == 1
     assert "0 ran" in left_out.out
     assert "RuntimeError: injected" in left_out.err
     assert "--retry-failed" in left_out.err.splitlines()[-1]
-    retried = figure_cli(*args, "--retry-failed")
+    retried = run_cli(*args, "--retry-failed")
     assert retried.code == 0, retried.err
     assert "(1 ran, " in retried.out
     assert result.is_file()
     assert not (folder / "failures" / result.name).exists()
 
 
-def test_cli_figure_notes_coarse_packets_and_caps_them_on_request(figure_cli: Callable[..., Any],
+def test_cli_figure_notes_coarse_packets_and_caps_them_on_request(run_cli: Callable[..., Any],
                                                                   tmp_path: Path) -> None:
     # 'auto' picks coarse packets only for large collectives: force the size instead (8 KiB)
     specs = tmp_path / "specs"
@@ -416,7 +406,7 @@ def test_cli_figure_notes_coarse_packets_and_caps_them_on_request(figure_cli: Ca
     (specs / "fig11.toml").write_text(
         '[sweep]\nname = "fig11"\n[grid]\ncollectives = ["allgather"]\ngpus = [2]\nsizes = ["1MiB"]\n'
         'configs = ["UA", "NAP+NAR"]\n[fixed]\npacket_bytes = 8192\n')
-    res = figure_cli("figure", "fig11", "--spec-dir", specs, "-o", tmp_path / "out", "--jobs", "1", "-q")
+    res = run_cli("figure", "fig11", "--spec-dir", specs, "-o", tmp_path / "out", "--jobs", "1", "-q")
     assert res.code == 0, res.err
     over = format_size(COARSE_PACKET_BYTES)
     assert f"note: 2 of the figure's bars come from packets over {over} (hatched" in res.out
@@ -424,7 +414,7 @@ def test_cli_figure_notes_coarse_packets_and_caps_them_on_request(figure_cli: Ca
     assert data["coarse_rows"] == 2
     assert {r["packet_bytes"] for r in data["rows"]} == {8192}
     # a cap applies to 'auto' packets only: a clear error, nothing run
-    capped = figure_cli("figure", "fig11", "--spec-dir", specs, "-o", tmp_path / "out", "-q",
+    capped = run_cli("figure", "fig11", "--spec-dir", specs, "-o", tmp_path / "out", "-q",
                         "--max-packet-bytes", "1KiB")
     assert capped.code != 0
     assert "applies to packet_bytes = 'auto'" in capped.err
@@ -433,8 +423,8 @@ def test_cli_figure_notes_coarse_packets_and_caps_them_on_request(figure_cli: Ca
 
 @pytest.mark.parametrize(("flag", "windowed"), [("--windowed", True), ("--one-queue", False)])
 def test_cli_figure_forces_the_scheduling_into_a_sweep_of_its_own(
-        figure_cli: Callable[..., Any], tmp_path: Path, flag: str, windowed: bool) -> None:
-    res = figure_cli("figure", "fig10", "--quick", flag, "-o", tmp_path, "--jobs", "1", "-q")
+        run_cli: Callable[..., Any], tmp_path: Path, flag: str, windowed: bool) -> None:
+    res = run_cli("figure", "fig10", "--quick", flag, "-o", tmp_path, "--jobs", "1", "-q")
     assert res.code == 0, res.err
     name = f"fig10-quick-{flag[2:]}"
     assert (tmp_path / f"{name}.png").stat().st_size > 0
@@ -446,8 +436,8 @@ def test_cli_figure_forces_the_scheduling_into_a_sweep_of_its_own(
         assert (point["result"]["window_ns"] > 0) is windowed
 
 
-def test_cli_figure_runs_a_partial_grid(figure_cli: Callable[..., Any], tmp_path: Path) -> None:
-    res = figure_cli("figure", "fig9", "--quick", "--collectives", "allgather", "--configs", "UA,NAP+NAR",
+def test_cli_figure_runs_a_partial_grid(run_cli: Callable[..., Any], tmp_path: Path) -> None:
+    res = run_cli("figure", "fig9", "--quick", "--collectives", "allgather", "--configs", "UA,NAP+NAR",
                      "-o", tmp_path, "--jobs", "1", "-q")
     assert res.code == 0, res.err
     stem = "fig9-collectivesallgather-configsUA_NAP+NAR-quick"
@@ -456,22 +446,22 @@ def test_cli_figure_runs_a_partial_grid(figure_cli: Callable[..., Any], tmp_path
                                                                       ("allgather", "NAP+NAR")}
     assert (tmp_path / f"{stem}.png").stat().st_size > 0
     # a grid whose points another grid of the figure computed reuses them
-    sub = figure_cli("figure", "fig9", "--quick", "--collectives", "allgather", "--configs", "UA",
+    sub = run_cli("figure", "fig9", "--quick", "--collectives", "allgather", "--configs", "UA",
                      "-o", tmp_path, "--jobs", "1", "-q")
     assert sub.code == 0, sub.err
     assert "0 ran" in sub.out
     sub_rows = json.loads((tmp_path / "fig9-collectivesallgather-configsUA-quick.json").read_text())["rows"]
     assert sub_rows == [r for r in data["rows"] if r["config"] == "UA"]
-    bad = figure_cli("figure", "fig9", "--gpus", "1", "-o", tmp_path, "-q")
+    bad = run_cli("figure", "fig9", "--gpus", "1", "-o", tmp_path, "-q")
     assert bad.code == 1
     assert bad.err.count("\n") == 1
     assert "GPU count must be between 2" in bad.err
 
 
-def test_cli_figure_runs_its_grid_on_another_topology(figure_cli: Callable[..., Any], tmp_path: Path) -> None:
+def test_cli_figure_runs_its_grid_on_another_topology(run_cli: Callable[..., Any], tmp_path: Path) -> None:
     args = ("figure", "fig10", "--quick", "-o", tmp_path, "--jobs", "1", "-q")
-    assert figure_cli(*args).code == 0
-    res = figure_cli(*args, "--topology", "nuna-4die-p256")
+    assert run_cli(*args).code == 0
+    res = run_cli(*args, "--topology", "nuna-4die-p256")
     assert res.code == 0, res.err
     assert "0 reused" in res.out  # other points than nuna-4die's
     stem = "fig10-topologiesnuna-4die-p256-quick"
@@ -482,37 +472,37 @@ def test_cli_figure_runs_its_grid_on_another_topology(figure_cli: Callable[..., 
     assert data["topologies"] == ["nuna-4die-p256"]
     assert "on nuna-4die-p256" in (tmp_path / f"{stem}.svg").read_text()
     assert "on nuna-4die" not in (tmp_path / "fig10-quick.svg").read_text()
-    bad = figure_cli(*args, "--topology", "no-such-chip")
+    bad = run_cli(*args, "--topology", "no-such-chip")
     assert bad.code == 1
     assert bad.err.count("\n") == 1
     assert "no-such-chip" in bad.err
 
 
-def test_cli_figure_rejects_unknown_names_and_bad_spec_dirs(figure_cli: Callable[..., Any],
+def test_cli_figure_rejects_unknown_names_and_bad_spec_dirs(run_cli: Callable[..., Any],
                                                               tmp_path: Path) -> None:
-    bad = figure_cli("figure", "fig99", "-o", tmp_path)
+    bad = run_cli("figure", "fig99", "-o", tmp_path)
     assert bad.code == 2
     assert "fig99" in bad.err
-    missing = figure_cli("figure", "fig9", "-o", tmp_path, "--spec-dir", tmp_path / "nope")
+    missing = run_cli("figure", "fig9", "-o", tmp_path, "--spec-dir", tmp_path / "nope")
     assert missing.code == 1
     assert missing.err.count("\n") == 1
 
 
 @pytest.mark.parametrize("blocked", ["out", "out/sweeps"])
-def test_cli_figure_names_a_file_in_the_way_of_its_folders(figure_cli: Callable[..., Any], tmp_path: Path,
+def test_cli_figure_names_a_file_in_the_way_of_its_folders(run_cli: Callable[..., Any], tmp_path: Path,
                                                             blocked: str) -> None:
     (tmp_path / "out").mkdir()
     in_the_way = tmp_path / blocked
     if blocked == "out":
         (tmp_path / "out").rmdir()
     in_the_way.write_text("mine")
-    res = figure_cli("figure", "fig10", "-o", tmp_path / "out", "--quick", "-j", "1", "-q")
+    res = run_cli("figure", "fig10", "-o", tmp_path / "out", "--quick", "-j", "1", "-q")
     assert res.code == 1
     assert res.err == f"nuna: error: {in_the_way}: not a folder\n"
     assert in_the_way.read_text() == "mine"
 
 
-def test_cli_figure_refuses_two_topologies_where_it_draws_one(figure_cli: Callable[..., Any],
+def test_cli_figure_refuses_two_topologies_where_it_draws_one(run_cli: Callable[..., Any],
                                                                tmp_path: Path) -> None:
     specs = tmp_path / "specs"
     specs.mkdir()
@@ -520,7 +510,7 @@ def test_cli_figure_refuses_two_topologies_where_it_draws_one(figure_cli: Callab
     assert "topologies" not in text
     two_machines = '[grid]\ntopologies = ["nuna-4die", "mi300x-like"]'
     (specs / "fig11.toml").write_text(text.replace("[grid]", two_machines, 1))
-    two = figure_cli("figure", "fig11", "-o", tmp_path / "out", "--spec-dir", specs, "--quick")
+    two = run_cli("figure", "fig11", "-o", tmp_path / "out", "--spec-dir", specs, "--quick")
     assert two.code == 1
     assert two.err.count("\n") == 1
     assert "fig11 draws one topology" in two.err
@@ -529,7 +519,7 @@ def test_cli_figure_refuses_two_topologies_where_it_draws_one(figure_cli: Callab
 
 
 @pytest.mark.parametrize("name", ["../../escaped", "{tmp}/victim/owned"])
-def test_cli_figure_refuses_a_spec_name_that_is_a_path(figure_cli: Callable[..., Any], tmp_path: Path,
+def test_cli_figure_refuses_a_spec_name_that_is_a_path(run_cli: Callable[..., Any], tmp_path: Path,
                                                       name: str) -> None:
     # the name names OUT/NAME.png, OUT/NAME.json and OUT/sweeps/NAME: a path there wrote anywhere
     specs = tmp_path / "specs"
@@ -540,7 +530,7 @@ def test_cli_figure_refuses_a_spec_name_that_is_a_path(figure_cli: Callable[...,
     text = (REPO / "scripts" / "sweeps" / "fig10.toml").read_text()
     (specs / "fig10.toml").write_text(re.sub(r'(?m)^name = ".*"$', f'name = "{name}"', text))
     out = tmp_path / "a" / "b"
-    res = figure_cli("figure", "fig10", "-o", out, "--spec-dir", specs, "--quick", "-j", "1", "-q")
+    res = run_cli("figure", "fig10", "-o", out, "--spec-dir", specs, "--quick", "-j", "1", "-q")
     assert res.code == 1
     assert res.err.count("\n") == 1
     assert f"fig10.toml: [sweep] name: '{name}' is not a plain file name" in res.err
@@ -549,13 +539,13 @@ def test_cli_figure_refuses_a_spec_name_that_is_a_path(figure_cli: Callable[...,
 
 
 def test_cli_figure_refuses_a_spec_name_too_long_for_a_file_before_making_folders(
-        figure_cli: Callable[..., Any], tmp_path: Path) -> None:
+        run_cli: Callable[..., Any], tmp_path: Path) -> None:
     # 300 characters made OUT/sweeps and then failed with "File name too long"
     specs = tmp_path / "specs"
     specs.mkdir()
     text = (REPO / "scripts" / "sweeps" / "fig10.toml").read_text()
     (specs / "fig10.toml").write_text(re.sub(r'(?m)^name = ".*"$', f'name = "{"y" * 300}"', text))
-    res = figure_cli("figure", "fig10", "-o", tmp_path / "out", "--spec-dir", specs, "--quick", "-j", "1",
+    res = run_cli("figure", "fig10", "-o", tmp_path / "out", "--spec-dir", specs, "--quick", "-j", "1",
                      "-q")
     assert res.code == 1
     assert res.err.count("\n") == 1
@@ -564,8 +554,8 @@ def test_cli_figure_refuses_a_spec_name_too_long_for_a_file_before_making_folder
 
 
 def test_cli_figure_checks_command_line_values_against_the_spec_before_running(
-        figure_cli: Callable[..., Any], tmp_path: Path) -> None:
-    res = figure_cli("figure", "fig10", "--quick", "-o", tmp_path / "out", "--tbs-per-peer", "100000000")
+        run_cli: Callable[..., Any], tmp_path: Path) -> None:
+    res = run_cli("figure", "fig10", "--quick", "-o", tmp_path / "out", "--tbs-per-peer", "100000000")
     assert res.code == 1
     assert res.err.count("\n") == 1
     assert "tbs_per_peer[0]: the requested direct allgather plan would have about" in res.err

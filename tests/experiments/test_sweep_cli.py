@@ -22,15 +22,6 @@ from nuna.experiments.sweep import FailedPoint, load_results, load_sweep_spec
 GRID_HEAD = '[grid]\ncollectives = ["allgather"]\ngpus = [8]\n'
 
 
-@pytest.fixture(autouse=True)
-def _sweep_registered() -> None:
-    """Add the command to the root app until the lead wires sweep_cmds into nuna.cli."""
-    from nuna.cli import app, sweep_cmds
-
-    if not any(c.name == "sweep" for c in app.registered_commands):
-        sweep_cmds.register(app)
-
-
 def test_sweep_runs_resumes_and_reports(run_cli: Callable[..., Any], fake_points: str,
                                         write_spec: Callable[..., Path], tmp_path: Path) -> None:
     spec_path = write_spec()
