@@ -1,7 +1,7 @@
 """A/B timing of the replay between two revisions: the before-and-after measurement every change
 to the hot loop needs (``docs/simulator.md`` §6).
 
-``python benchmarks/ab.py [--base REV] [--new REV] [--case C ...] [--rounds N] [--repeat K]``
+``python benchmarks/ab.py [--base REV] [--new REV] [--case C]...  [--rounds N] [--repeat K]``
 
 The base (default ``HEAD``) and, when ``--new`` is given, the new revision are checked out into
 temporary git worktrees; without ``--new`` the new side is this working tree, uncommitted edits
@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -104,9 +105,14 @@ def parse_case(text: str) -> Case:
     try:
         pk: int | str = packet if packet == "auto" else int(packet)
         windowed = None if len(parts) == 5 else parts[5] == "windowed"
-        return Case(coll, int(gpus), parse_size(size), int(tbs), pk, windowed, config if at else None, text)
+        case = Case(coll, int(gpus), parse_size(size), int(tbs), pk, windowed, config if at else None, text)
     except (ValueError, UsageError) as exc:
         raise ValueError(f"case {text!r}: {exc}") from None
+    # checked here, before minutes of worktree checkout and compiling, not in the replay
+    if case.gpus < 2 or case.tbs_per_peer < 1 or (pk != "auto" and int(pk) < 1):
+        raise ValueError(f"case {text!r}: needs at least 2 GPUs, 1 threadblock per peer and a positive "
+                         "packet size")
+    return case
 
 
 def summarize(samples: dict[str, list[float]]) -> dict[str, float]:
@@ -156,6 +162,8 @@ def main() -> None:
         raise SystemExit(f"ab.py: {exc}") from None
     if args.rounds < 1 or args.repeat < 1:
         raise SystemExit("ab.py: --rounds and --repeat must be at least 1")
+    # a SIGTERM (timeout, a batch system) unwinds like Ctrl-C, so the worktrees are removed
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
     with tempfile.TemporaryDirectory(prefix="nuna-ab-") as tmp:
         made: list[Path] = []
         try:

@@ -110,10 +110,24 @@ def run_grid(out: Path, jobs: int) -> None:
     print_breakdown(time_breakdown(records))
 
 
+def _gpu_counts(text: str) -> set[int]:
+    try:
+        return {int(g) for g in text.split(",")}
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of GPU counts: {text!r}") from None
+
+
+def _sizes(text: str) -> set[int]:
+    try:
+        return {parse_size(s) for s in text.split(",")}
+    except NunaError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--gpus", default="2,8")
-    parser.add_argument("--sizes", default="100KiB,1MiB")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gpus", type=_gpu_counts, default="2,8")
+    parser.add_argument("--sizes", type=_sizes, default="100KiB,1MiB")
     parser.add_argument("--full", action="store_true")
     parser.add_argument("--grid", action="store_true", help="run the main grid on --jobs workers, timed")
     parser.add_argument("--jobs", type=int, default=CORES)
@@ -138,12 +152,13 @@ def main() -> None:
         return
     spec = load_sweep_spec(SPEC)
     points = [p.as_dict() for p in expand(spec)]
-    gpus = {int(g) for g in args.gpus.split(",")}
-    sizes = {parse_size(s) for s in args.sizes.split(",")}
+    gpus, sizes = args.gpus, args.sizes
     subset = points if args.full else [p for p in points if p["gpus"] in gpus and p["size_bytes"] in sizes]
     if not subset:
         have = ", ".join(format_size(b) for b in sorted({p["size_bytes"] for p in points}))
-        raise SystemExit(f"bench_fig9: no point of the grid has --gpus {args.gpus} and --sizes {args.sizes} "
+        wanted = ",".join(format_size(b) for b in sorted(sizes))
+        raise SystemExit(f"bench_fig9: no point of the grid has --gpus {','.join(map(str, sorted(gpus)))} "
+                         f"and --sizes {wanted} "
                          f"(the grid's sizes: {have})")
     print(f"fig9 grid: {len(points)} points; measuring {len(subset)} serially")
     measured: dict[tuple[str, int, int, str, int], tuple[float, int, int]] = {}

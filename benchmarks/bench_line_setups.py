@@ -1,7 +1,7 @@
 """Error of packets against 256-byte flits under each head set-up rule (``SimOptions.line_setups``,
 docs/simulator.md §5, "Head set-ups per line"), and the NAP+NAR-over-UA speedups they give.
 
-``python benchmarks/bench_line_setups.py [--rules one,series,overlap] [--case NAME ...]
+``python benchmarks/bench_line_setups.py [--rules one,series,overlap] [--case NAME]...
 [--flits] [--set SECTION.KEY=VALUE ...] [--move-cu FROM:TO ...] [--waits] [--ports]`` (about 10
 minutes for every case and rule on a 2-core machine, one process per case). ``--set`` replays on
 nuna-4die with a parameter changed (an ablation: ``--set router.vc_buffer_flits=32``; it replays
@@ -163,7 +163,7 @@ def _ports(name: str, rule: str, r: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rules", default=",".join(RULES), help="comma-separated rules (default: all)")
     parser.add_argument("--case", action="append", choices=sorted(CASES), help="cases (default: all)")
     parser.add_argument("--flits", action="store_true",

@@ -2,7 +2,7 @@
 the full latency table, the saturation throughputs, the output-queued model for contrast, and
 the engine's speed (flit-hop events per CPU second).
 
-``python benchmarks/bench_noc.py [--cycles N] [--quick]``. Latency points run ``--cycles``
+``python benchmarks/bench_noc.py [--cycles N] [--quick] [--reference CSV]``. Latency points run ``--cycles``
 cycles (the first fifth warms up); saturation is found by bisection on the stability test of
 ``nuna.sim.noc.run_noc`` (a source's late packets above BookSim's 500-cycle threshold, or
 packets never delivered).
@@ -24,14 +24,17 @@ BOOKSIM_SATURATION = {"uniform": 0.40, "transpose": 0.145}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cycles", type=int, default=20_000)
     parser.add_argument("--quick", action="store_true", help="shorter runs, coarser bisection")
     parser.add_argument("--reference", type=Path, default=REFERENCE)
     args = parser.parse_args()
     cycles = 5_000 if args.quick else args.cycles
-    with args.reference.open() as handle:
-        rows = list(csv.DictReader(handle))
+    try:
+        with args.reference.open() as handle:
+            rows = list(csv.DictReader(handle))
+    except OSError as err:
+        parser.error(f"--reference: {err.strerror}: {args.reference}")
 
     t0 = time.perf_counter()
     meshes = {r: noc.build_mesh(8, 8, r) for r in noc.ROUTERS}

@@ -4,7 +4,8 @@
 The plan comes from ``nuna.plan.generate`` (direct all-pairs allgather, 16 threadblocks per
 peer: 63 x 16 = 1,008 threadblocks per GPU, each sending one chunk to its peer and receiving
 one), is written to XML, then parsed, verified (structure, deadlock freedom, semantics) and
-turned into a replay DAG, each phase timed. Run ``python benchmarks/bench_plan.py [--repeat N]``.
+turned into a replay DAG, each phase timed. Run ``python benchmarks/bench_plan.py [--gpus G]
+[--tbs-per-peer K] [--repeat N]``.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from nuna.errors import NunaError
 from nuna.plan.dag import build_dag
 from nuna.plan.generate import generate
 from nuna.plan.verify import verify
@@ -19,14 +21,19 @@ from nuna.plan.xml import dump, loads
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gpus", type=int, default=64)
     parser.add_argument("--tbs-per-peer", type=int, default=16)
     parser.add_argument("--repeat", type=int, default=3, help="timed runs; the best is reported")
     args = parser.parse_args()
+    if args.repeat < 1:
+        parser.error(f"--repeat must be at least 1, got {args.repeat}")
 
     t0 = time.perf_counter()
-    plan = generate("allgather", args.gpus, algo="direct", tbs_per_peer=args.tbs_per_peer)
+    try:
+        plan = generate("allgather", args.gpus, algo="direct", tbs_per_peer=args.tbs_per_peer)
+    except NunaError as err:
+        parser.error(str(err))
     text = dump(plan)
     t1 = time.perf_counter()
     tbs = len(plan.gpus[0].threadblocks)

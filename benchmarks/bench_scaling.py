@@ -58,11 +58,13 @@ def _case(gpus: int, size: int, windowed: bool) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", type=int, default=1 << 20, help="collective size in bytes (1 MiB)")
     parser.add_argument("--case", type=int, help=argparse.SUPPRESS)  # internal: one pod, print JSON
     parser.add_argument("--windowed", action="store_true", help=argparse.SUPPRESS)  # internal, with --case
     args = parser.parse_args()
+    if args.size < 1:
+        parser.error(f"--size must be a positive number of bytes, got {args.size}")
     if args.case:
         print(json.dumps(_case(args.case, args.size, args.windowed)))
         return

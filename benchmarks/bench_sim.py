@@ -141,7 +141,7 @@ def _spread() -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="skip the 1 GB case and the error sweep")
     parser.add_argument("--large", action="store_true",
                         help="also measure auto against flits at 64 GPUs, 100 MiB (about 30 min)")

@@ -1,18 +1,19 @@
 """Where one replay's CPU time goes, by compiled function: ``perf`` sampling with numba's
 kernels named.
 
-``python benchmarks/profile_replay.py [--case C] [--hz N] [--top N] [--hot N]``
+``python benchmarks/profile_replay.py [--case C] [--hz N] [--top N] [--hot N] [--line-setups RULE]``
 
 A case is ``benchmarks/ab.py``'s (``collective:gpus:size:tbs:packet[:windowed|:one-queue][@CONFIG]``,
 direct plan, nuna-4die; default ``allgather:64:1MiB:1:256``). numba's machine code is anonymous
 memory to ``perf``, so its samples show up as bare addresses. This script names them: it reads
 the object code of every compiled engine function (from numba's cache, where an entry point such
-as ``replay_loop`` keeps the functions it calls; or from the library when compiled in this
+as ``_loop_one_queue`` keeps the functions it calls; or from the library when compiled in this
 process), takes each symbol's size from ``nm`` and its address from the loaded code, and writes
 the map that ``perf`` reads for the process (``/tmp/perf-PID.map``). After a warm-up replay it
 samples its own process (``perf record -e cpu-clock``, so it works where the machine has no
 hardware counters) during one ``simulate`` and prints the share of samples per function: the
-engine's kernels by name (most of the engine is inlined into ``replay_loop``), the interpreter,
+engine's kernels by name (most of the engine is inlined into ``_run_domain``, the event
+handling both loops call), the interpreter,
 the kernel's page clearing. ``--hot N`` adds the top kernel's N hottest instructions (offsets
 into ``objdump -d`` of its object) and how many cache lines of code hold 90 % of its samples.
 

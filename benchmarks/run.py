@@ -30,6 +30,10 @@ def _selected(names: list[str]) -> list[Path]:
 
 
 def main() -> None:
+    if {"-h", "--help"} & set(sys.argv[1:]):
+        print(__doc__.strip())
+        print(f"\nbenchmarks: {', '.join(p.stem for p in sorted(HERE.glob('bench_*.py')))}")
+        return
     failed: list[str] = []
     for path in _selected(sys.argv[1:]):
         print(f"===== {path.stem} =====", flush=True)

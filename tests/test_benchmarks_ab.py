@@ -28,7 +28,9 @@ def test_parses_cases() -> None:
     assert (placed.gpus, placed.packet_bytes, placed.windowed, placed.config) == (32, "auto", True, "NAP+NAR")
     assert ab.parse_case("allgather:8:1MiB:4:256@NAP*").config == "NAP*"
     for bad in ("allgather:8:1MiB:1", "allgather:8:1MiB:1:256:fast", "allgather:x:1MiB:1:256",
-                "allgather:8:1XB:1:256", "allgather:8:1MiB:1:256@NAP+", "allgather:8:1MiB:1:256@"):
+                "allgather:8:1XB:1:256", "allgather:8:1MiB:1:256@NAP+", "allgather:8:1MiB:1:256@",
+                # refused before minutes of checkout and compile, not by the replay
+                "allgather:8:1MiB:0:256", "allgather:1:1MiB:1:256", "allgather:8:1MiB:1:0"):
         with pytest.raises(ValueError, match="case"):
             ab.parse_case(bad)
 
