@@ -371,6 +371,10 @@ def default_topology() -> TopologySpec:
     return load_topology(DEFAULT_TOPOLOGY)
 
 
+#: what a name, a description or a source must be (each is printed where one line is expected)
+_ONE_LINE = "one line of printable text (no newline, tab or control character)"
+
+
 class _Parser:
     """Validation state of one file: where it is and the source notes collected so far."""
 
@@ -407,9 +411,8 @@ class _Parser:
         value = doc[key]
         if not isinstance(value, str) or not value.strip():
             raise self.fail(key, "expected a non-empty string")
-        if not value.isprintable():
-            # names and descriptions are printed in reports, headers and figure titles
-            raise self.fail(key, "expected one line of printable text (no newline, tab or control character)")
+        if not value.isprintable():  # printed in reports, headers and figure titles
+            raise self.fail(key, f"expected {_ONE_LINE}")
         return value
 
     def table(self, doc: Mapping[str, Any], key: str) -> Mapping[str, Any]:
@@ -430,8 +433,7 @@ class _Parser:
         if not isinstance(source, str) or not source.strip():
             raise self.fail(dotted, "source must be a non-empty string")
         if not source.isprintable():
-            raise self.fail(dotted, "source must be one line of printable text "
-                                    "(no newline, tab or control character)")
+            raise self.fail(dotted, f"source must be {_ONE_LINE}")
         self.sources.append((dotted, source))
         return item["value"]
 
