@@ -1,4 +1,5 @@
-"""``nuna sweep`` through the in-process CLI: exit codes, one-line errors, resume, retry."""
+"""``nuna sweep`` through the in-process CLI (and once in a process on a pseudo-terminal, for the
+progress bar): exit codes, one-line errors, resume, retry."""
 
 from __future__ import annotations
 
