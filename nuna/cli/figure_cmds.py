@@ -26,7 +26,8 @@ def figure(
                                help="Reduced grid (smallest pod and size): seconds, for CI. "
                                     "--gpus, --sizes and --tbs-per-peer, when given, are kept."),
     spec_dir: Path | None = typer.Option(None, "--spec-dir",
-                                         help="Folder of figN.toml sweep specs (default: scripts/sweeps)."),
+                                         help="Folder of figN.toml sweep specs (default: scripts/sweeps, "
+                                              "or the copies installed with nuna)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
     retry_failed: bool = typer.Option(False, "--retry-failed", help="Rerun the figure's points recorded "
                                       "as failed (a rerun without it leaves them out again)."),

@@ -3,7 +3,8 @@ figure's numbers, and render them as PNG and SVG in the paper's style.
 
 Three pure stages, so each can be tested on its own:
 
-1. :func:`run_figure` runs the figure's sweep spec (``scripts/sweeps/figN.toml``, or a reduced
+1. :func:`run_figure` runs the figure's sweep spec (``scripts/sweeps/figN.toml`` or its installed copy,
+   :func:`default_spec_dir`; or a reduced
    ``--quick`` grid derived from it by :func:`quick_spec`) through the resumable sweep runner
    into ``DIR/sweeps/NAME`` (``NAME-quick`` for the reduced grid, so the two never mix);
 2. :func:`figure_data` turns the sweep's result records into the figure's numbers (plain JSON:
@@ -57,8 +58,21 @@ if TYPE_CHECKING:  # matplotlib costs ~1 s to import: only the rendering functio
 
 FIGURES: tuple[str, ...] = ("fig9", "fig10", "fig11", "fig12", "fig13", "fig14")
 
-#: Default folder of the figures' sweep specs: ``scripts/sweeps`` of a source checkout.
-DEFAULT_SPEC_DIR = Path(__file__).resolve().parents[2] / "scripts" / "sweeps"
+#: The sweep specs installed with the package: copies of ``scripts/sweeps`` (a test checks them
+#: byte for byte), so that ``nuna figure`` runs from a wheel or a non-editable install too.
+PACKAGED_SPEC_DIR = Path(__file__).resolve().parent / "sweeps"
+
+
+def _checkout_spec_dir() -> Path | None:
+    root = Path(__file__).resolve().parents[2]
+    folder = root / "scripts" / "sweeps"
+    return folder if (root / "pyproject.toml").is_file() and folder.is_dir() else None
+
+
+def default_spec_dir() -> Path:
+    """The figures' sweep specs: ``scripts/sweeps`` of a source checkout (where they are edited),
+    else :data:`PACKAGED_SPEC_DIR`, as topologies resolve (``nuna.topology.spec``)."""
+    return _checkout_spec_dir() or PACKAGED_SPEC_DIR
 
 _BASELINE = "UA"
 #: The figure whose ``tbs_per_peer`` values are its series ("many" vs "few"), never reduced.
@@ -98,7 +112,7 @@ def _check_name(name: str) -> str:
 
 def figure_spec_path(name: str, spec_dir: str | Path | None = None) -> Path:
     """The sweep spec of figure ``name`` (``<spec_dir>/<name>.toml``)."""
-    folder = Path(spec_dir) if spec_dir is not None else DEFAULT_SPEC_DIR
+    folder = Path(spec_dir) if spec_dir is not None else default_spec_dir()
     path = folder / f"{_check_name(name)}.toml"
     if not path.is_file():
         raise InputError(f"{path}: sweep spec of {name} not found (pass the folder holding figN.toml)")

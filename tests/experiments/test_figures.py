@@ -3,8 +3,10 @@ byte-stable files, the reduced grids, and one real ``nuna figure fig10 --quick``
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nuna.errors import InputError, UsageError
-from nuna.experiments import store
+from nuna.experiments import figures, store
 from nuna.experiments.figures import (
     FIGURES,
     QUICK_GPUS,
@@ -353,6 +355,30 @@ def test_every_fig14_point_merges_its_gemm() -> None:
 def test_missing_spec_is_an_input_error(tmp_path: Path) -> None:
     with pytest.raises(InputError):
         figure_spec_path("fig9", tmp_path)
+
+
+def test_packaged_specs_equal_the_scripts_folder_and_are_package_data() -> None:
+    repo_files = sorted(p.name for p in (REPO / "scripts" / "sweeps").glob("*.toml"))
+    assert repo_files == sorted(p.name for p in figures.PACKAGED_SPEC_DIR.glob("*.toml"))
+    for name in repo_files:
+        packaged = (figures.PACKAGED_SPEC_DIR / name).read_bytes()
+        assert packaged == (REPO / "scripts" / "sweeps" / name).read_bytes(), name
+    # and the wheel takes them: pyproject's package-data globs match every copy
+    globs = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["nuna"]
+    for name in repo_files:
+        relative = (figures.PACKAGED_SPEC_DIR / name).relative_to(REPO / "nuna").as_posix()
+        assert any(fnmatch.fnmatch(relative, glob) for glob in globs), relative
+
+
+def test_an_installed_package_finds_the_figure_specs(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a wheel or a non-editable install has no scripts/sweeps beside it ('nuna figure' failed)
+    assert figures.default_spec_dir() == REPO / "scripts" / "sweeps"
+    monkeypatch.setattr(figures, "_checkout_spec_dir", lambda: None)
+    assert figures.default_spec_dir() == figures.PACKAGED_SPEC_DIR
+    for name in FIGURES:
+        assert figure_spec_path(name).parent == figures.PACKAGED_SPEC_DIR
+        assert expand(load_sweep_spec(figure_spec_path(name))) == expand(
+            load_sweep_spec(figure_spec_path(name, REPO / "scripts" / "sweeps")))
 
 
 def test_cli_figure_fig10_quick_end_to_end(run_cli: Callable[..., Any], tmp_path: Path) -> None:
