@@ -36,6 +36,15 @@ class ExecutorName(StrEnum):
     DASK = "dask"
 
 
+def _terminal_size(stream: Any) -> tuple[int, int]:
+    """Columns and lines of the terminal ``stream`` writes to (0, 0: unknown or not a terminal)."""
+    try:
+        size = os.get_terminal_size(stream.fileno())
+    except (AttributeError, OSError, ValueError):
+        return 0, 0
+    return size.columns, size.lines
+
+
 class SweepProgressBar:
     """Progress of ``nuna sweep`` and ``nuna figure``: tqdm on stderr, created when the sweep
     reports how many points it will run."""
@@ -50,8 +59,12 @@ class SweepProgressBar:
         if event.kind == "start":
             from tqdm import tqdm
 
-            self._bar = tqdm(total=event.to_run, file=sys.stderr, unit="pt", dynamic_ncols=True,
-                             desc="sweep", initial=0)
+            # a terminal that reports no size (a pseudo-terminal nobody sized: `script`, some CI
+            # runners) got no bar at all from tqdm: draw one of 80 x 24 there
+            sized = min(_terminal_size(sys.stderr)) > 0
+            self._bar = tqdm(total=event.to_run, file=sys.stderr, unit="pt", dynamic_ncols=sized,
+                             ncols=None if sized else 80, nrows=None if sized else 24, desc="sweep",
+                             initial=0)
         elif self._bar is not None:
             self._bar.set_postfix_str(f"failed={event.failed}" if event.failed else "", refresh=False)
             self._bar.update(1)

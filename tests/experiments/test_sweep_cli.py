@@ -190,14 +190,16 @@ def test_a_failure_is_listed_on_one_printable_line() -> None:
     assert line.startswith("abc123 (allgather gpus2): PlanError: plan 'x")
 
 
+@pytest.mark.parametrize(("lines", "columns"), [(24, 100), (0, 0)])
 def test_the_progress_bar_draws_when_stderr_is_a_terminal(fake_points: str, write_spec: Callable[..., Path],
-                                                          tmp_path: Path) -> None:
+                                                          tmp_path: Path, lines: int, columns: int) -> None:
     # the bar is drawn only on a terminal, which the in-process CLI never has: a sweep on a
     # terminal failed with ModuleNotFoundError while tqdm was used but not a dependency
     spec_path = write_spec()
     primary, secondary = pty.openpty()
-    # a new pseudo-terminal has 0 columns, in which the bar draws nothing: give it a terminal's
-    fcntl.ioctl(secondary, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
+    # a sized terminal, and one that reports no size (a new pseudo-terminal, as `script` makes),
+    # where tqdm drew nothing until the bar fell back to 80 x 24
+    fcntl.ioctl(secondary, termios.TIOCSWINSZ, struct.pack("HHHH", lines, columns, 0, 0))
     main = "import sys; from nuna.cli import main; sys.argv[0] = 'nuna'; main()"
     out = str(tmp_path / "out")
     try:
