@@ -165,6 +165,9 @@ def main() -> None:
         _spread()
         return
 
+    # said first: the probe prints nothing for minutes (a helper took the silence for a hang)
+    print("compiling numba's kernels from scratch twice, to time it (about 4 minutes on 2 cores); "
+          "the timed cases follow", flush=True)
     with tempfile.TemporaryDirectory() as cache:
         env = {**os.environ, "NUMBA_CACHE_DIR": cache}
         cold = _spawn(["--case", "compile"], env)
