@@ -135,6 +135,8 @@ def read_input(path: str | os.PathLike[str], what: str, *, limit_bytes: int | No
         raise error(f"{name}: is a folder, not a {what}") from None
     except OSError as err:
         raise error(f"{name}: cannot read: {err.strerror or err}") from None
+    except (ValueError, UnicodeError):  # a NUL byte, or a name the file system cannot encode
+        raise error(f"{name!r}: not a valid file name") from None
     try:
         info = os.fstat(fd)
     except OSError as err:

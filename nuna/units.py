@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
+import numpy as np
+
 from nuna.errors import UsageError
 
 _SIZE_UNITS: dict[str, int] = {
@@ -28,11 +30,27 @@ _SIZE_UNITS: dict[str, int] = {
 #: sizes are int64 byte counts inside the simulator, with room for arithmetic on them
 MAX_SIZE_BYTES = 2**60
 
+_MAX_SIZE_TEXT = 64
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$", re.ASCII)  # "٣" is no size
+
+
+def check_size_bytes(size_bytes: object) -> int:
+    """``size_bytes`` as an int if it is a whole, positive number of bytes no larger than
+    :data:`MAX_SIZE_BYTES`; ``UsageError`` otherwise (a float such as ``1e6`` included: library
+    callers pass sizes in code, and a float size reached the compiled kernels)."""
+    if isinstance(size_bytes, bool) or not isinstance(size_bytes, (int, np.integer)):
+        raise UsageError(f"size must be a whole number of bytes, got {size_bytes!r}")
+    if size_bytes <= 0:
+        raise UsageError(f"size must be a positive number of bytes, got {size_bytes}")
+    if size_bytes > MAX_SIZE_BYTES:
+        raise UsageError(f"size {size_bytes} is larger than {MAX_SIZE_BYTES} bytes (2**60)")
+    return int(size_bytes)
 
 
 def parse_size(text: str) -> int:
     """Parse ``'100kB'``, ``'1MiB'``, ``'4096'`` into bytes; raise ``UsageError`` otherwise."""
+    if len(text) > _MAX_SIZE_TEXT:  # no size needs more; Python refuses ints of over 4,300 digits
+        raise UsageError(f"invalid size {text[:20]!r}...: {len(text)} characters, more than a size takes")
     m = _SIZE_RE.match(text)
     if m is None:
         raise UsageError(f"invalid size {text!r}: expected a number with an optional unit like 100kB or 1MiB")

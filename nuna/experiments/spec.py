@@ -20,6 +20,7 @@ import difflib
 import hashlib
 import itertools
 import json
+import math
 import re
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
@@ -370,7 +371,7 @@ def parse_sweep_spec(
     axes = {GRID_AXES[key]: _value_list(grid, key, default, convert[key], source, "[grid]")
             for key, default in defaults.items()}
     packet_bytes = _packet_bytes(fixed.get("packet_bytes", 256), source)
-    return SweepSpec(
+    spec = SweepSpec(
         name=name,
         point_function=point_function,
         **axes,
@@ -385,6 +386,12 @@ def parse_sweep_spec(
         also=_grid_patches(grid.get("also", []), convert, source),
         source=source,
     )
+    # checked before expand() lists them: 135 M points of an 18 kB spec took 94 s to fail on memory
+    bound = sum(math.prod(len(getattr(g, axis)) for axis in GRID_AXES.values()) for g in spec.grids())
+    if bound > MAX_POINTS:
+        raise _fail(source, "[grid]", f"up to {bound:,} points, more than the {MAX_POINTS:,} a sweep "
+                    "may have (split it into several specs)")
+    return spec
 
 
 def _axis_converters(base_dir: Path | None) -> dict[str, Callable[[Any, str], Any]]:
@@ -693,6 +700,10 @@ def _int(value: Any, what: str, *, minimum: int, maximum: int | None = None) -> 
 _NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 #: longest sweep name: it names a folder and files such as ``<name>.json``, well within the
 #: 255 bytes a file name may have on common file systems
+#: The most points a spec's grids may hold (before duplicates are dropped): Fig 9's full grid has
+#: 648; a million points is weeks of replays, and the list alone takes gigabytes beyond that.
+MAX_POINTS = 1_000_000
+
 MAX_NAME_CHARS = 100
 #: a name that command-line restrictions made longer keeps this many characters of itself
 #: and a hash of the whole (``-`` and 12 hex digits), so that it stays distinct

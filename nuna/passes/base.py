@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
-from nuna.errors import PassError
+from nuna.errors import PassError, UsageError
 from nuna.plan.ir import ChunkPlacement, Placement, Plan, TbPlacement
 from nuna.plan.verify import chunk_bytes_for, verify, verify_placement
+from nuna.units import check_size_bytes
 
 if TYPE_CHECKING:
     from nuna.topology.spec import TopologySpec
@@ -36,8 +37,10 @@ class PassContext:
     size_bytes: int
 
     def __post_init__(self) -> None:
-        if self.size_bytes <= 0:
-            raise PassError(f"collective size must be positive, got {self.size_bytes} bytes")
+        try:
+            check_size_bytes(self.size_bytes)
+        except UsageError as err:
+            raise PassError(f"collective {err}") from None
 
 
 class PlanPass(Protocol):

@@ -44,6 +44,7 @@ from nuna.plan.dag import (
 )
 from nuna.plan.ir import Buffer, Collective, Plan, StepType
 from nuna.plan.xml import SourceMap, canonical_placement
+from nuna.units import check_size_bytes
 
 #: Errors listed one by one; further ones are summarised in one line.
 MAX_ERRORS = 50
@@ -698,8 +699,7 @@ def chunk_bytes_for(plan: Plan, size_bytes: int) -> int:
     pads instead, so that any size of a sweep (1 MB with 1,152 chunks, say) can be replayed;
     the padding is under ``nchunksperloop`` bytes in all. ``UsageError`` for a size < 1."""
     n = plan.nchunksperloop
-    if size_bytes <= 0:
-        raise UsageError(f"size must be a positive number of bytes, got {size_bytes}")
+    size_bytes = check_size_bytes(size_bytes)
     if n <= 0:
         raise UsageError(f"plan has nchunksperloop={n}; no chunk size can be derived")
     return -(-size_bytes // n)

@@ -22,6 +22,7 @@ statistical shortcut, not a different model. Its error against the full replay i
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +39,11 @@ I64 = npt.NDArray[np.int64]
 #: windows a span keeps (rates come from its more recent half beyond this): the per-step job
 #: counts of a 64-GPU pod's 8,000 steps are 64 KB a window
 _MAX_SPAN = 256
+
+
+#: The shortest sampling window: each window is a call into the replay loop, and a window of a
+#: few flit times measures nothing (1e-9 ns passed the check once and never finished).
+MIN_WINDOW_NS = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +72,8 @@ class FastForward:
 
     def check(self) -> None:
         """Raise ``UsageError`` for parameters that cannot work."""
-        if not (self.window_ns > 0 and self.min_span_windows >= 2 and self.max_drift >= 0
+        if not (MIN_WINDOW_NS <= self.window_ns < math.inf and type(self.min_span_windows) is int
+                and self.min_span_windows >= 2 and self.max_drift >= 0
                 and 0 < self.fraction < 1 and self.min_skip_windows >= 0 and self.max_skip_spans > 0
                 and self.min_span_jobs >= 1):
             raise UsageError(f"invalid fast-forward parameters: {self}")

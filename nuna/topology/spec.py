@@ -247,7 +247,9 @@ _CHIP_COMMON: dict[str, _Key] = {
     "flit_bytes": _Key(int, 1, 1 << 20),
     "page_bytes": _Key(int, 1, 1 << 30),
     "address_hash_granularity_bytes": _Key(int, 1, 1 << 30),
-    "max_outstanding_requests_per_cu": _Key(int, 1, 1 << 30),
+    # a replay's event heap keeps room for 16 events per request of a CU: 1 << 30 made a 2-GPU
+    # replay allocate 512 GiB; 1 << 20 is flat-switch's "effectively unlimited" window
+    "max_outstanding_requests_per_cu": _Key(int, 1, 1 << 20),
     "cu_vector_gflops": _BW,
     "memory_access_latency_ns": _LAT,
 }
@@ -273,7 +275,8 @@ _CHIP_MESH: dict[str, _Key] = {
     "io_port_bandwidth_gbps": _BW,
 }
 
-_CHIP_FLAT: dict[str, _Key] = {"cus": _Key(int, 1, 1 << 20), **_CHIP_COMMON}
+# as many CUs as a mesh chip may have (MAX_MESH_CUS): 1 << 20 made a 2-GPU replay allocate 1.25 GiB
+_CHIP_FLAT: dict[str, _Key] = {"cus": _Key(int, 1, MAX_MESH_CUS), **_CHIP_COMMON}
 
 _SCALEUP: dict[str, _Key] = {
     "link_latency_ns": _LAT,
@@ -326,6 +329,10 @@ def available_topologies() -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
+#: The longest name of a shipped topology (a file name, less its suffix, must stay under 255 bytes).
+_MAX_NAME_CHARS = 200
+
+
 def _resolve(name_or_path: str) -> tuple[str, bytes]:
     """Return (display path, file bytes) for a name or a path."""
     if is_topology_path(name_or_path):
@@ -333,6 +340,9 @@ def _resolve(name_or_path: str) -> tuple[str, bytes]:
         return str(path), read_input(path, "topology file", limit_bytes=_MAX_FILE_BYTES, error=TopologyError)
     if not name_or_path or not all(ch.isalnum() or ch in "-_." for ch in name_or_path):
         raise TopologyError(f"invalid topology name {name_or_path!r}")
+    if len(name_or_path) > _MAX_NAME_CHARS:  # the file system would refuse the file's name
+        raise TopologyError(f"invalid topology name {name_or_path[:20]!r}...: {len(name_or_path)} "
+                            f"characters, more than {_MAX_NAME_CHARS}")
     checkout = _source_checkout_dir()
     if checkout is not None and (checkout / f"{name_or_path}.toml").is_file():
         found = checkout / f"{name_or_path}.toml"

@@ -1,0 +1,94 @@
+"""Library calls with bad values raise nuna's typed errors, found by an audit of the public API
+(2026-12-05): each case below once raised a builtin error, allocated gigabytes or never ended."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from nuna.errors import InputError, PassError, TopologyError, UsageError
+from nuna.experiments.spec import MAX_POINTS, parse_sweep_spec
+from nuna.passes.base import PassContext
+from nuna.plan.generate import generate
+from nuna.plan.xml import load
+from nuna.sim.fastforward import FastForward
+from nuna.topology import load_topology, parse_topology
+from nuna.units import check_size_bytes, parse_size
+from tests.conftest import REPO
+
+
+@pytest.mark.parametrize("size", [1.5, 4096.0, math.nan, math.inf, True, "1MB", None, 0, -1, 10**30])
+def test_a_size_must_be_a_whole_positive_number_of_bytes(size: object) -> None:
+    # a float reached the compiled kernels (numba TypingError), 10**30 an OverflowError
+    with pytest.raises(UsageError, match="size"):
+        check_size_bytes(size)
+    with pytest.raises(PassError, match="size"):
+        PassContext(load_topology("nuna-4die"), size)  # type: ignore[arg-type]
+
+
+def test_simulate_refuses_a_float_size_before_the_kernels() -> None:
+    from nuna.sim import simulate
+
+    with pytest.raises(UsageError, match="whole number of bytes"):
+        simulate(generate("allreduce", 2), load_topology("nuna-4die"), 1.5)  # type: ignore[arg-type]
+
+
+def test_a_size_string_longer_than_any_size_is_refused() -> None:
+    # Python refuses to convert more than 4,300 digits: a ValueError escaped
+    with pytest.raises(UsageError, match="5000 characters"):
+        parse_size("1" * 5000)
+    assert parse_size("1" * 18) == 111_111_111_111_111_111
+
+
+@pytest.mark.parametrize(("field", "value"), [("window_ns", 1e-9), ("window_ns", math.inf),
+                                              ("min_span_windows", 2.5)])
+def test_fast_forward_refuses_windows_it_cannot_run(field: str, value: float) -> None:
+    # a 1e-9 ns window passed the check and the replay never finished
+    with pytest.raises(UsageError, match="fast-forward"):
+        FastForward(**{field: value}).check()  # type: ignore[arg-type]
+    FastForward().check()
+
+
+def _mutated(name: str, old: str, new: str) -> str:
+    text = (REPO / "topologies" / f"{name}.toml").read_text()
+    assert old in text
+    return text.replace(old, new, 1)
+
+
+@pytest.mark.parametrize(("name", "old", "new", "key"), [
+    ("nuna-4die", "max_outstanding_requests_per_cu = { value = 700,",
+     "max_outstanding_requests_per_cu = { value = 1073741824,", "max_outstanding_requests_per_cu"),
+    ("flat-switch", "cus = { value = 1024,", "cus = { value = 1048576,", "cus"),
+])
+def test_topology_values_that_would_take_gigabytes_are_refused(name: str, old: str, new: str,
+                                                                key: str) -> None:
+    # accepted before, then a 2-GPU replay allocated 512 GiB (1.25 GiB for the CUs)
+    with pytest.raises(TopologyError, match=rf"chip\.{key}: value .* out of range"):
+        parse_topology(_mutated(name, old, new))
+    parse_topology((REPO / "topologies" / f"{name}.toml").read_text())  # the shipped values load
+
+
+@pytest.mark.parametrize("path", ["a\x00b.xml", "\ud800.xml"])
+def test_a_path_the_file_system_cannot_take_is_an_input_error(path: str, tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="not a valid file name"):
+        load(path)
+    with pytest.raises(TopologyError, match="not a valid file name"):
+        load_topology(str(tmp_path / path.replace(".xml", ".toml")))
+
+
+def test_a_topology_name_too_long_for_a_file_is_refused() -> None:
+    with pytest.raises(TopologyError, match="5000 characters"):
+        load_topology("a" * 5000)
+
+
+def test_a_sweep_grid_of_too_many_points_is_refused_before_it_is_listed() -> None:
+    grid = {"collectives": ["allgather"], "gpus": list(range(2, 102)),
+            "sizes": [f"{i}kB" for i in range(1, 101)], "configs": ["UA"],
+            "tbs_per_peer": list(range(1, 102))}
+    assert MAX_POINTS < 100 * 100 * 101
+    with pytest.raises(InputError, match=r"big\.toml: \[grid\]: up to 1,010,000 points"):
+        parse_sweep_spec({"grid": grid}, source="big.toml")
+    grid["tbs_per_peer"] = [1]
+    parse_sweep_spec({"grid": grid}, source="ok.toml")
