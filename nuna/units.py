@@ -61,11 +61,10 @@ def parse_size(text: str) -> int:
     value = Fraction(number) * scale  # exact: a float would round sizes over 2**53 bytes
     if value.denominator != 1:
         raise UsageError(f"invalid size {text!r}: not a whole number of bytes")
-    if value <= 0:
-        raise UsageError(f"invalid size {text!r}: must be positive")
-    if value > MAX_SIZE_BYTES:
-        raise UsageError(f"invalid size {text!r}: larger than {MAX_SIZE_BYTES} bytes (2**60)")
-    return int(value)
+    try:
+        return check_size_bytes(int(value))
+    except UsageError as err:
+        raise UsageError(f"invalid size {text!r}: {err}") from None
 
 
 #: units :func:`format_size` may write, decimal first (the choice on a tie)
