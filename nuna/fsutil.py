@@ -109,6 +109,14 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
         raise
 
 
+def checkout_folder(name: str) -> Path | None:
+    """Folder ``name`` of the source checkout nuna runs from (``topologies``, ``scripts/sweeps``),
+    or None: an installed package has no checkout around it, and reads its packaged copies."""
+    root = Path(__file__).resolve().parents[1]
+    folder = root / name
+    return folder if (root / "pyproject.toml").is_file() and folder.is_dir() else None
+
+
 def looks_like_path(text: str, suffix: str) -> bool:
     """True when ``text`` names a file rather than a registered name (a shipped topology, say):
     it holds a path separator or ends in ``suffix``. Here, not in the layers that own the names,

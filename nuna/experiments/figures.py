@@ -46,7 +46,7 @@ from nuna.experiments.spec import (
 )
 from nuna.experiments.store import is_sweep_folder
 from nuna.experiments.sweep import ProgressCallback, SweepSummary, load_results, load_sweep_spec, run_sweep
-from nuna.fsutil import make_folder, write_atomic
+from nuna.fsutil import checkout_folder, make_folder, write_atomic
 from nuna.sim.replay import DEFAULT_LINE_SETUPS
 from nuna.sim.result import COARSE_PACKET_BYTES
 from nuna.topology.spec import DEFAULT_TOPOLOGY, is_topology_path
@@ -64,9 +64,7 @@ PACKAGED_SPEC_DIR = Path(__file__).resolve().parent / "sweeps"
 
 
 def _checkout_spec_dir() -> Path | None:
-    root = Path(__file__).resolve().parents[2]
-    folder = root / "scripts" / "sweeps"
-    return folder if (root / "pyproject.toml").is_file() and folder.is_dir() else None
+    return checkout_folder("scripts/sweeps")
 
 
 def default_spec_dir() -> Path:

@@ -697,7 +697,8 @@ def chunk_bytes_for(plan: Plan, size_bytes: int) -> int:
     """Bytes per chunk for a collective of ``size_bytes`` (reference §4): ``size /
     nchunksperloop``, rounded up. The executors only select a plan for exact multiples; nuna
     pads instead, so that any size of a sweep (1 MB with 1,152 chunks, say) can be replayed;
-    the padding is under ``nchunksperloop`` bytes in all. ``UsageError`` for a size < 1."""
+    the padding is under ``nchunksperloop`` bytes in all. ``UsageError`` for a size that is not
+    a whole number of bytes from 1 to 2**60 (:func:`nuna.units.check_size_bytes`)."""
     n = plan.nchunksperloop
     size_bytes = check_size_bytes(size_bytes)
     if n <= 0:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from nuna.errors import TopologyError
-from nuna.fsutil import looks_like_path, read_input
+from nuna.fsutil import checkout_folder, looks_like_path, read_input
 
 DEFAULT_TOPOLOGY = "nuna-4die"
 FORMAT_VERSION = 1
@@ -300,11 +300,7 @@ _SCALEUP_KINDS = ("rail-clos",)
 
 
 def _source_checkout_dir() -> Path | None:
-    root = Path(__file__).resolve().parents[2]
-    folder = root / "topologies"
-    if (root / "pyproject.toml").is_file() and folder.is_dir():
-        return folder
-    return None
+    return checkout_folder("topologies")
 
 
 #: Suffix of topology files; a name with it (or with a path separator) is read as a file.
