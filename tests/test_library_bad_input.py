@@ -7,6 +7,8 @@ import math
 from pathlib import Path
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from nuna.errors import InputError, PassError, TopologyError, UsageError
 from nuna.experiments.spec import MAX_POINTS, parse_sweep_spec
@@ -92,3 +94,44 @@ def test_a_sweep_grid_of_too_many_points_is_refused_before_it_is_listed() -> Non
         parse_sweep_spec({"grid": grid}, source="big.toml")
     grid["tbs_per_peer"] = [1]
     parse_sweep_spec({"grid": grid}, source="ok.toml")
+
+
+@pytest.mark.parametrize("config", ["UA", "UA+NAR", "NUMA+NAR", "NAP", "NAP+NAR"])
+def test_every_configuration_refuses_a_size_beyond_the_gpus_memory(config: str) -> None:
+    # before: NUMA+NAR placed an 8-GPU allgather of 1000 GiB (the chip holds 576 GiB) in 14 s and
+    # 0.9 GB, and 100000 GiB ran out of memory, where `nuna simulate` refused both at once
+    from nuna.passes.configs import apply_config
+
+    ctx = PassContext(load_topology("nuna-4die"), 1000 << 30)
+    with pytest.raises(PassError, match=r"^gpu 0: buffers of 262144000 pages .* exceed its memory"):
+        apply_config(generate("allgather", 8), config, ctx)
+
+
+@settings(max_examples=60, deadline=None)
+@given(collective=st.sampled_from(["allgather", "allreduce", "alltoall"]),
+       algo=st.sampled_from(["direct", "ring"]),
+       ngpus=st.integers(2, 4), pages=st.integers(1, 64), size_kib=st.integers(1, 4096))
+@example("allreduce", "ring", 4, 32, 2048)  # 512 pages: its buffers fit, not with its 640 of receive buffers
+@example("allgather", "direct", 2, 64, 1)  # fits
+def test_the_passes_refuse_exactly_the_sizes_the_replay_cannot_lay_out(collective: str, algo: str, ngpus: int,
+                                                                       pages: int, size_kib: int) -> None:
+    import dataclasses
+
+    from nuna.errors import SimulationError
+    from nuna.plan.dag import build_dag, flatten
+    from nuna.sim.layout import memory_fit_problem, memory_layout
+
+    base = load_topology("nuna-4die")
+    chip = dataclasses.replace(base.chip, hbm_stack_capacity_bytes=pages * base.chip.page_bytes)
+    spec = dataclasses.replace(base, chip=chip)
+    plan = generate(collective, ngpus, algo=algo)
+    size = size_kib * 1024
+    problem = memory_fit_problem(plan, spec, size)
+    flat = flatten(plan)
+    match_send = build_dag(plan, flat).match_send
+    if problem is None:
+        memory_layout(plan, spec, size, flat, match_send)
+    else:
+        with pytest.raises(SimulationError) as info:
+            memory_layout(plan, spec, size, flat, match_send)
+        assert str(info.value) == problem

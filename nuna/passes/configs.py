@@ -27,7 +27,7 @@ from typing import Literal
 
 from nuna.errors import UsageError
 from nuna.passes.access import TbAccess, decompose, remote_stores, workload
-from nuna.passes.base import Observer, PassContext, PlanPass, check_placed, run_pipeline, verify_plan
+from nuna.passes.base import Observer, PassContext, PlanPass, check_input, check_placed, run_pipeline
 from nuna.passes.logical import logical_allocation
 from nuna.passes.nap import NapPass, NapStarPass, annotate, physical_placement
 from nuna.passes.nar import GranularityEstimate, NarPass, check_granularity, estimate_granularity
@@ -175,8 +175,7 @@ def choose_granularity(plan: Plan, name: str, ctx: PassContext, requested: Granu
     if requested is None:
         # before the heuristic walks it, as run_pipeline does before the passes (an ngpus below
         # the <gpu> elements' count indexed past its arrays); apply_choice does not verify again
-        chunk_bytes_for(plan, ctx.size_bytes)
-        verify_plan(plan)
+        check_input(plan, ctx)
         if cfg.reads_accesses:
             accesses, stores = workload(plan)  # one walk of the DAG for both
             placer = _placer(plan, cfg, ctx, accesses)

@@ -28,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from nuna.errors import SimulationError
-from nuna.plan.dag import STEP_TYPES, FlatPlan
+from nuna.plan.dag import STEP_TYPES, FlatPlan, build_dag, flatten
 from nuna.plan.ir import Buffer, Plan, StepType
 from nuna.plan.verify import chunk_bytes_for
 from nuna.topology.address import nar_segment_cycle
@@ -134,12 +134,18 @@ class MemoryLayout:
         return int(self.page_phys[page]) + virtual_addr % self.page_bytes
 
 
-def memory_layout(plan: Plan, spec: TopologySpec, size_bytes: int, flat: FlatPlan,
-                  match_send: npt.NDArray[np.integer]) -> MemoryLayout:
-    """Lay out every GPU's buffers and place its pages (see the module docstring)."""
-    chip = spec.chip
-    cb = chunk_bytes_for(plan, size_bytes)
-    page = chip.page_bytes
+@dataclass(frozen=True, slots=True)
+class _VirtualPages:
+    """Every GPU's virtual pages at one size, before any is placed on a stack."""
+
+    buffer_page: I64  # [gpu slot, buffer code]: first page of each buffer
+    gpu_pages: I64  # [gpu slot]: pages in all, receive buffers included
+    node_recv_page: I64  # [node]: first page of a fused receive's region (-1: none)
+    node_recv_off: I64  # [node]: byte offset of the region in that page
+
+
+def _virtual_pages(plan: Plan, cb: int, page: int, flat: FlatPlan,
+                   match_send: npt.NDArray[np.integer]) -> _VirtualPages:
     ngpu_slots = max((g.id for g in plan.gpus), default=-1) + 1
     buffer_page = np.zeros((ngpu_slots, 3), dtype=np.int64)
     gpu_pages = np.zeros(ngpu_slots, dtype=np.int64)
@@ -165,12 +171,45 @@ def memory_layout(plan: Plan, spec: TopologySpec, size_bytes: int, flat: FlatPla
             node_recv_off[n] = off
             off += int(flat.count[n]) * cb
         gpu_pages[g] = start_page + -(-off // page)
+    return _VirtualPages(buffer_page, gpu_pages, node_recv_page, node_recv_off)
+
+
+def _fit_problem(pages: _VirtualPages, spec: TopologySpec) -> str | None:
+    chip = spec.chip
+    if pages.gpu_pages.shape[0] == 0 or int(pages.gpu_pages.max()) <= chip.memory_pages:
+        return None
+    g = int(pages.gpu_pages.argmax())
+    return (f"gpu {g}: buffers of {int(pages.gpu_pages[g])} pages of {chip.page_bytes} B at this size "
+            f"exceed its memory ({chip.hbm_stacks} HBM stacks of {chip.pages_per_stack} pages)")
+
+
+def memory_fit_problem(plan: Plan, spec: TopologySpec, size_bytes: int) -> str | None:
+    """Why ``plan``'s buffers (receive buffers of fused receives included) do not fit a GPU of
+    ``spec`` at ``size_bytes``, or None: what :func:`memory_layout` refuses, for callers that have
+    not flattened the plan (the passes, which would lay out the pages of such a size first).
+    The plan must have a DAG (``PlanError`` else)."""
+    flat = flatten(plan)
+    dag = build_dag(plan, flat)
+    pages = _virtual_pages(plan, chunk_bytes_for(plan, size_bytes), spec.chip.page_bytes, flat,
+                           dag.match_send)
+    return _fit_problem(pages, spec)
+
+
+def memory_layout(plan: Plan, spec: TopologySpec, size_bytes: int, flat: FlatPlan,
+                  match_send: npt.NDArray[np.integer]) -> MemoryLayout:
+    """Lay out every GPU's buffers and place its pages (see the module docstring)."""
+    chip = spec.chip
+    cb = chunk_bytes_for(plan, size_bytes)
+    page = chip.page_bytes
+    chunks = {g.id: (g.input_chunks, g.output_chunks, g.scratch_chunks) for g in plan.gpus}
+    pages = _virtual_pages(plan, cb, page, flat, match_send)
     # before the page arrays are made: a size beyond the GPU's memory would fail there, less clearly
-    if ngpu_slots and int(gpu_pages.max()) > chip.memory_pages:
-        g = int(gpu_pages.argmax())
-        raise SimulationError(f"gpu {g}: buffers of {int(gpu_pages[g])} pages of {page} B at this size "
-                              f"exceed its memory ({chip.hbm_stacks} HBM stacks of {chip.pages_per_stack} "
-                              f"pages)")
+    problem = _fit_problem(pages, spec)
+    if problem is not None:
+        raise SimulationError(problem)
+    buffer_page, gpu_pages = pages.buffer_page, pages.gpu_pages
+    node_recv_page, node_recv_off = pages.node_recv_page, pages.node_recv_off
+    ngpu_slots = gpu_pages.shape[0]
     page_base = np.zeros(ngpu_slots + 1, dtype=np.int64)
     np.cumsum(gpu_pages, out=page_base[1:])
     total = int(page_base[-1])

@@ -41,7 +41,7 @@ from nuna.errors import TopologyError
 from nuna.sim import engine as eng
 from nuna.topology.geometry import ChipGeometry, PathTable, chip_geometry, pod_layout
 from nuna.topology.nodes import EDGE_CODE
-from nuna.topology.spec import RouterSpec, TopologySpec
+from nuna.topology.spec import RouterSpec, TopologySpec, router_value_problem
 
 I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
@@ -86,6 +86,19 @@ class RouterParams:
     def from_topology(cls, spec: TopologySpec, input_queued: bool = True) -> RouterParams:
         r = spec.router
         return cls(r.vcs, r.vc_buffer_flits, r.credit_delay_cycles, r.head_setup_cycles, input_queued)
+
+
+def router_params_problem(params: object) -> str | None:
+    """Why ``params`` cannot be a replay's or the synthetic mode's routers, or None: a
+    :class:`RouterParams` whose values keep the rule a topology file's ``[router]`` table is
+    held to (the kernels trust them: ``vcs=0`` replayed without a word)."""
+    if not isinstance(params, RouterParams):
+        return f"router must be a RouterParams, got {params!r}"
+    for key in ("vcs", "vc_buffer_flits", "credit_delay_cycles", "head_setup_cycles"):
+        problem = router_value_problem(key, getattr(params, key))
+        if problem is not None:
+            return f"router.{key}: {problem}"
+    return None
 
 
 @dataclass(frozen=True, eq=False)

@@ -32,7 +32,7 @@ import numpy as np
 
 from nuna.errors import UsageError
 from nuna.sim import engine as eng
-from nuna.sim.network import RouterParams
+from nuna.sim.network import RouterParams, router_params_problem
 
 FLIT_BYTES = 256
 TRAFFICS = ("uniform", "transpose", "edges")
@@ -298,6 +298,9 @@ def run_noc(width: int, height: int, traffic: str, rate: float, packet_flits: in
         raise UsageError(f"--packet-flits must be at most {MAX_PACKET_FLITS}, got {packet_flits}")
     if seed < 0:
         raise UsageError(f"--seed must be non-negative, got {seed}")
+    problem = None if params is None else router_params_problem(params)
+    if problem is not None:
+        raise UsageError(problem)
     started = time.perf_counter()
     mesh = mesh if mesh is not None else build_mesh(width, height, router, params)
     n = width * height

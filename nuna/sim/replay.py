@@ -42,11 +42,18 @@ from nuna.sim import engine as eng
 from nuna.sim import fastforward
 from nuna.sim.fastforward import FastForward
 from nuna.sim.layout import MemoryLayout, memory_layout, threadblock_cus
-from nuna.sim.network import EDGE_CLASSES, WAIT_CLASSES, PodNet, RouterParams, build_pod_net
+from nuna.sim.network import (
+    EDGE_CLASSES,
+    WAIT_CLASSES,
+    PodNet,
+    RouterParams,
+    build_pod_net,
+    router_params_problem,
+)
 from nuna.sim.result import PORT_WAIT_CLASSES, ChipLinkTable, LatencyStats, SimResult, Skip
 from nuna.topology.address import nar_port_table, stack_domains, store_domains_by_cu
 from nuna.topology.build import local_node
-from nuna.topology.fit import packet_cap_problem, packet_problem
+from nuna.topology.fit import MAX_PACKET_BYTES, packet_cap_problem, packet_problem
 from nuna.topology.geometry import ChipGeometry
 from nuna.topology.spec import TopologySpec
 
@@ -417,22 +424,38 @@ class _Prepared:
     floor_ns: float
 
 
+#: ``SimOptions`` counts: (least, most). The upper bounds keep a replay's allocations and int64 byte
+#: sums in range, each far above any useful value: ``hist_bins`` per event domain (64 domains of
+#: 1 Mi bins: 512 MiB; at 1-ns bins, a millisecond of store latency), ``credit_ring`` per virtual
+#: channel (526,336 channels at 64 GPUs, 64 slots: 539 MiB), ``trace_samples`` per traced port
+#: edge, ``request_bytes`` as a packet (``fit.MAX_PACKET_BYTES``), ``element_bytes`` beyond any
+#: number type, ``issue_queue`` and ``auto_max_jobs`` as the most jobs a replay could hold.
+_OPTION_COUNTS: dict[str, tuple[int, int]] = {
+    "credit_ring": (1, 64), "issue_queue": (0, 1 << 40), "request_bytes": (1, MAX_PACKET_BYTES),
+    "element_bytes": (1, 1 << 10), "auto_max_jobs": (1, 1 << 40), "trace_samples": (2, 1 << 16),
+    "hist_bins": (1, 1 << 20), "threads": (1, 1 << 16)}
+
+
 def _check_options(opts: SimOptions) -> None:
     """``UsageError`` for a :class:`SimOptions` the replay cannot run with, before any of it is
     used (the kernels index and divide without checks: engine._JIT_OPTIONS)."""
-    counts = {"credit_ring": (opts.credit_ring, 1), "issue_queue": (opts.issue_queue, 0),
-              "request_bytes": (opts.request_bytes, 1), "element_bytes": (opts.element_bytes, 1),
-              "auto_max_jobs": (opts.auto_max_jobs, 1), "trace_samples": (opts.trace_samples, 2),
-              "threads": (1 if opts.threads is None else opts.threads, 1)}
-    for name, (value, least) in counts.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise UsageError(f"SimOptions.{name} must be an integer of at least {least}, got {value!r}")
-    if not (math.isfinite(opts.hist_bin_ns) and opts.hist_bin_ns > 0.0) or opts.hist_bins < 1:
-        raise UsageError(f"the latency histogram needs bins of a positive finite width and at least "
-                         f"one bin, got {opts.hist_bin_ns!r} ns x {opts.hist_bins!r}")
+    for name, (least, most) in _OPTION_COUNTS.items():
+        value = getattr(opts, name)
+        if name == "threads" and value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
+            raise UsageError(f"SimOptions.{name} must be an integer from {least:,} to {most:,}, "
+                             f"got {value!r}")
+    if not (isinstance(opts.hist_bin_ns, (int, float)) and math.isfinite(opts.hist_bin_ns)
+            and opts.hist_bin_ns > 0.0):
+        raise UsageError(f"the latency histogram needs bins of a positive finite width, got "
+                         f"{opts.hist_bin_ns!r} ns")
     if opts.line_setups not in LINE_SETUP_RULES:
         raise UsageError(f"head set-ups per packet must be one of {', '.join(sorted(LINE_SETUP_RULES))}, "
                          f"got {opts.line_setups!r}")
+    problem = None if opts.router is None else router_params_problem(opts.router)
+    if problem is not None:
+        raise UsageError(f"SimOptions.{problem}")
 
 
 def _prepare(plan: Plan, topology_spec: TopologySpec, size_bytes: int, packet_bytes: PacketBytes,

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from nuna.errors import TopologyError
 from nuna.fsutil import checkout_folder, looks_like_path, read_input
@@ -292,6 +292,31 @@ _ROUTER: dict[str, _Key] = {
     "head_setup_cycles": _Key(float, 0.0, 1e6),
 }
 
+
+def _key_problem(value: object, rule: _Key) -> str | None:
+    """Why ``value`` breaks ``rule`` (its type, then its range), or None."""
+    if rule.type is int:
+        if type(value) is not int:
+            return f"expected an integer, got {value!r}"
+    elif type(value) not in (int, float):
+        return f"expected a number, got {value!r}"
+    number = cast(float, value)  # an int or a float (not a bool), checked just above
+    if math.isnan(number):
+        return "nan is not allowed"
+    too_low = number <= rule.low if rule.low_open else number < rule.low
+    if too_low or number > rule.high:
+        low = f"> {rule.low:g}" if rule.low_open else f">= {rule.low:g}"
+        return f"value {value!r} out of range (must be {low} and <= {rule.high:g})"
+    return None
+
+
+def router_value_problem(key: str, value: object) -> str | None:
+    """Why ``value`` cannot be the router parameter ``key`` (``vcs``, ``vc_buffer_flits``,
+    ``credit_delay_cycles``, ``head_setup_cycles``) under the ``[router]`` table's rule, or None:
+    the replay holds router parameters given in code to the rule a topology file's are held to."""
+    return _key_problem(value, _ROUTER[key])
+
+
 _CHIP_KINDS = ("mesh", "flat")
 _SCALEUP_KINDS = ("rail-clos",)
 
@@ -444,19 +469,10 @@ class _Parser:
         return item["value"]
 
     def number(self, section: str, table: Mapping[str, Any], key: str, rule: _Key) -> float | int:
-        dotted = f"{section}.{key}"
         value = self.entry(section, table, key)
-        if rule.type is int:
-            if type(value) is not int:
-                raise self.fail(dotted, f"expected an integer, got {value!r}")
-        elif type(value) not in (int, float):
-            raise self.fail(dotted, f"expected a number, got {value!r}")
-        if isinstance(value, float) and math.isnan(value):
-            raise self.fail(dotted, "nan is not allowed")
-        too_low = value <= rule.low if rule.low_open else value < rule.low
-        if too_low or value > rule.high:
-            low = f"> {rule.low:g}" if rule.low_open else f">= {rule.low:g}"
-            raise self.fail(dotted, f"value {value!r} out of range (must be {low} and <= {rule.high:g})")
+        problem = _key_problem(value, rule)
+        if problem is not None:
+            raise self.fail(f"{section}.{key}", problem)
         return value if rule.type is int else float(value)
 
     def numbers(

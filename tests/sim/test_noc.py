@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from nuna.errors import UsageError
 from nuna.sim import noc
+from nuna.sim.network import RouterParams
 from tests.conftest import SHARED
 
 CSV = SHARED / "reference" / "noc-reference-8x8.csv"
@@ -134,6 +135,9 @@ def test_edges_traffic_targets_short_edges() -> None:
     ({"cycles": 10**20}, "cycles x mesh nodes"),  # would draw 10**20 x 16 numbers
     ({"packet_flits": 10**20}, "packet-flits"),  # beyond a C long
     ({"seed": -1}, "seed"),
+    ({"params": RouterParams(vcs=0)}, r"router\.vcs: value 0 out of range"),
+    ({"params": RouterParams(vc_buffer_flits=2.5)}, r"router\.vc_buffer_flits: expected an integer"),  # type: ignore[arg-type]
+    ({"params": "iq"}, "router must be a RouterParams"),
 ])
 def test_bad_options_raise_usage_error(kwargs: dict[str, object], match: str) -> None:
     args: dict[str, object] = {"traffic": "uniform", "rate": 0.1, "packet_flits": 1, "cycles": 1000}

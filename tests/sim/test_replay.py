@@ -322,25 +322,30 @@ def test_bad_packet_size(spec, packet: object) -> None:  # type: ignore[no-untyp
         simulate(loads(ONE_SEND), spec, 512, packet_bytes=packet)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize(("bin_ns", "bins"), [(0.0, 16), (-1.0, 16), (float("nan"), 16), (float("inf"), 16),
-                                             (1.0, 0)])
-def test_bad_latency_histogram_is_a_usage_error(spec, bin_ns: float, bins: int) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("bin_ns", [0.0, -1.0, float("nan"), float("inf"), "1"])
+def test_bad_latency_histogram_is_a_usage_error(spec, bin_ns: float) -> None:  # type: ignore[no-untyped-def]
     # the replay kernels divide by the bin width unchecked (numba's numpy error model)
     with pytest.raises(UsageError, match="latency histogram"):
-        simulate(loads(ONE_SEND), spec, 512, options=SimOptions(hist_bin_ns=bin_ns, hist_bins=bins))
+        simulate(loads(ONE_SEND), spec, 512, options=SimOptions(hist_bin_ns=bin_ns))
 
 
 @pytest.mark.parametrize(("field", "value"), [
     ("credit_ring", 0), ("credit_ring", -1), ("issue_queue", -1), ("request_bytes", 0), ("element_bytes", 0),
     ("auto_max_jobs", 0), ("trace_samples", 0), ("trace_samples", 1), ("threads", 0), ("credit_ring", 2.0),
-    ("issue_queue", True),
+    ("issue_queue", True), ("hist_bins", 0),
+    # above the bounds: before, hist_bins and trace_samples of 2**40 and credit_ring of 2**20
+    # raised MemoryError (8 TiB, 8 TiB, 257 GiB at 2 GPUs); 2**62-byte requests replayed a 2-GPU
+    # 4 KiB allgather in the time of 64-byte ones (int64 byte sums overflow)
+    ("hist_bins", (1 << 20) + 1), ("credit_ring", 65), ("trace_samples", (1 << 16) + 1),
+    ("request_bytes", (1 << 40) + 1), ("element_bytes", 1025), ("issue_queue", (1 << 40) + 1),
+    ("auto_max_jobs", (1 << 40) + 1), ("threads", (1 << 16) + 1),
 ])
 def test_bad_option_is_a_usage_error_naming_it(spec, field: str, value: object) -> None:  # type: ignore[no-untyped-def]
     # before: a ring of no credit slots replayed into a "deadlock", an element of 0 bytes divided
     # by zero before its check, and with no trace samples the kernel's first sample would have
     # been written past the buffer's end (its indexing is unchecked)
     opts = SimOptions(**{field: value})  # type: ignore[arg-type]
-    with pytest.raises(UsageError, match=rf"SimOptions\.{field} must be an integer of at least"):
+    with pytest.raises(UsageError, match=rf"SimOptions\.{field} must be an integer from"):
         simulate(loads(ONE_SEND), spec, 512, trace=field == "trace_samples", options=opts)
     with pytest.raises(UsageError, match=rf"SimOptions\.{field}"):
         placement_bounds(loads(ONE_SEND), spec, 512, options=opts)

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
+from nuna.errors import UsageError
 from nuna.plan.generate import generate
 from nuna.sim import SimOptions, simulate
 from nuna.sim.network import RouterParams
@@ -24,3 +27,21 @@ def test_replay_takes_router_parameters_from_the_topology() -> None:
     assert from_spec.time_ns > ref.time_ns
     assert from_options.time_ns == from_spec.time_ns
     assert from_spec.landed_bytes.tolist() == ref.landed_bytes.tolist()
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("vcs", 0), ("vcs", 65), ("vc_buffer_flits", 0), ("vc_buffer_flits", 1.5),
+    ("credit_delay_cycles", -1.0), ("credit_delay_cycles", float("nan")), ("head_setup_cycles", 2e6),
+])
+def test_router_parameters_given_in_code_are_held_to_the_topology_files_rule(key: str, value: object) -> None:
+    # before, each of these replayed without a word (vcs=0 a 2-GPU 4 KiB allgather in 1,967.6 ns,
+    # a nan head set-up in 1,955.0); a topology file with the same value is refused at load
+    options = SimOptions(router=dataclasses.replace(RouterParams(), **{key: value}))
+    with pytest.raises(UsageError, match=rf"SimOptions\.router\.{key}: "):
+        simulate(generate("allgather", 2), load_topology("nuna-4die"), 4096, options=options)
+
+
+def test_a_router_that_is_not_router_params_is_a_usage_error() -> None:
+    with pytest.raises(UsageError, match=r"SimOptions\.router must be a RouterParams"):
+        simulate(generate("allgather", 2), load_topology("nuna-4die"), 4096,
+                 options=SimOptions(router="iq"))  # type: ignore[arg-type]
