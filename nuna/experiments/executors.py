@@ -52,11 +52,15 @@ _NUMBA_SHARE_VARIABLE = "NUNA_WORKER_NUMBA_THREADS"
 
 @dataclass(frozen=True, slots=True)
 class Task:
-    """One point to compute: its identity, the point function's name and its inputs."""
+    """One point to compute: its identity, the point function's name and its inputs as recorded
+    (``point``) and as the point function gets them (``inputs``; ``None``: ``point``): a topology
+    file is recorded by its file name and loaded from its path
+    (:func:`nuna.experiments.spec.portable_topology`)."""
 
     point_id: str
     point_function: str
     point: dict[str, Any]
+    inputs: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +127,7 @@ def execute(task: Task) -> Outcome:
     try:
         func = resolve_point_function(task.point_function)
         # A copy: a point function that mutates its input must not change what gets recorded.
-        raw = func(dict(task.point))
+        raw = func(dict(task.point if task.inputs is None else task.inputs))
         if not isinstance(raw, dict):
             raise TypeError(f"point function returned {type(raw).__name__}, expected a dict")
         own_timing = raw.get(TIMING_KEY, {})

@@ -43,6 +43,14 @@ def _is_topology_path(topology: str) -> bool:
     return looks_like_path(topology, _TOPOLOGY_FILE_SUFFIX)
 
 
+def portable_topology(topology: str) -> str:
+    """How a point records a topology: a shipped name as it is, a file by its file name
+    (``chip.toml``). Where the file lives is no input (its bytes are hashed apart:
+    :func:`point_id`), so a project moved, copied or run on another machine keeps its points'
+    ids and results, and no local path lands in a result, an index or a figure."""
+    return Path(topology).name if _is_topology_path(topology) else topology
+
+
 #: The point function used when a spec does not name one.
 DEFAULT_POINT_FUNCTION = "nuna.experiments.points:simulate_point"
 #: the point function of Fig 14's sweep: the collective beside a GEMM (``gemm_sizes``)
@@ -150,6 +158,11 @@ class Point:
             "topology": self.topology,
         }
 
+    def record(self) -> dict[str, Any]:
+        """:meth:`as_dict` as a sweep records and hashes it: the topology by
+        :func:`portable_topology` (the point function gets :meth:`as_dict`, with the file's path)."""
+        return {**self.as_dict(), "topology": portable_topology(self.topology)}
+
     def label(self) -> str:
         """A short human description for progress lines and failure lists."""
         parts = [self.collective, f"{self.gpus}gpu", format_size(self.size_bytes), self.config]
@@ -158,7 +171,7 @@ class Point:
         parts.append(f"K={self.tbs_per_peer}")
         if self.gemm_bytes:
             parts.append(f"gemm={format_size(self.gemm_bytes)}")
-        parts.append(self.topology)
+        parts.append(portable_topology(self.topology))
         if self.windowed is not None:
             parts.append("windowed" if self.windowed else "one-queue")
         if self.max_packet_bytes is not None:
@@ -178,7 +191,12 @@ class GridPatch:
     axes: tuple[tuple[str, tuple[Any, ...]], ...]
 
     def to_json(self) -> dict[str, list[Any]]:
-        return {GRID_AXES[key]: list(values) for key, values in self.axes}
+        return {GRID_AXES[key]: _portable_axis(key, values) for key, values in self.axes}
+
+
+def _portable_axis(key: str, values: Sequence[Any]) -> list[Any]:
+    """An axis's values as an index records them (topology files by file name)."""
+    return [portable_topology(v) for v in values] if key == "topologies" else list(values)
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,7 +239,8 @@ class SweepSpec:
 
     def to_json(self) -> dict[str, Any]:
         """The normalised spec as plain JSON data (recorded in the sweep's index)."""
-        grid: dict[str, Any] = {attr: list(getattr(self, attr)) for attr in GRID_AXES.values()}
+        grid: dict[str, Any] = {attr: _portable_axis(key, getattr(self, attr))
+                                for key, attr in GRID_AXES.items()}
         if self.also:  # absent otherwise, so specs without it keep their index bytes
             grid["also"] = [patch.to_json() for patch in self.also]
         return {
@@ -391,6 +410,13 @@ def parse_sweep_spec(
     if bound > MAX_POINTS:
         raise _fail(source, "[grid]", f"up to {bound:,} points, more than the {MAX_POINTS:,} a sweep "
                     "may have (split it into several specs)")
+    # results name a topology file by its file name (portable_topology): two files must not share one
+    files: dict[str, str] = {}
+    for topology in (t for g in spec.grids() for t in g.topologies):
+        other = files.setdefault(portable_topology(topology), topology)
+        if other != topology:
+            raise _fail(source, "[grid] topologies", f"{other} and {topology} have the same file name; "
+                        "results name a topology file by its file name, so rename one")
     return spec
 
 

@@ -107,8 +107,8 @@ ProgressCallback = Callable[[SweepProgress], None]
 def tasks_of(spec: SweepSpec) -> tuple[tuple[Task, Point], ...]:
     """The spec's points paired with their tasks (identity, point function, inputs)."""
     digests = {t: topology_file_sha256(t) for grid in spec.grids() for t in grid.topologies}
-    return tuple((Task(point_id(p.as_dict(), spec.point_function, topology_sha256=digests[p.topology]),
-                       spec.point_function, p.as_dict()), p)
+    return tuple((Task(point_id(p.record(), spec.point_function, topology_sha256=digests[p.topology]),
+                       spec.point_function, p.record(), inputs=p.as_dict()), p)
                  for p in expand(spec))
 
 

@@ -583,15 +583,16 @@ def characterization_figure(results: Sequence[AtomicCharacterization]) -> Figure
 
 
 def figure_bytes(fig: Figure, fmt: str) -> bytes:
-    """Encode ``fig`` as ``svg``, ``png`` or ``pdf`` bytes, deterministically."""
+    """Encode ``fig`` as ``svg``, ``png`` or ``pdf`` bytes, deterministically: no date and no
+    version string (matplotlib's would change the bytes with its version)."""
     import matplotlib as mpl
 
     if fmt not in FORMATS:
         raise TopologyError(f"unknown picture format {fmt!r} (use {', '.join(FORMATS)})")
     metadata: dict[str, str | None] = {
-        "svg": {"Date": None},
+        "svg": {"Date": None, "Creator": None},
         "png": {"Software": None},
-        "pdf": {"CreationDate": None, "Producer": None},
+        "pdf": {"CreationDate": None, "Producer": None, "Creator": None},
     }[fmt]  # type: ignore[assignment]
     buffer = io.BytesIO()
     with mpl.rc_context({"svg.hashsalt": "nuna", "svg.fonttype": "none"}):

@@ -24,7 +24,14 @@ from nuna.errors import InputError, UsageError
 from nuna.experiments import store
 from nuna.experiments.executors import run_tasks
 from nuna.experiments.spec import expand, point_id
-from nuna.experiments.sweep import SweepProgress, load_results, load_sweep_spec, run_sweep, sweep_status
+from nuna.experiments.sweep import (
+    SweepProgress,
+    load_results,
+    load_sweep_spec,
+    run_sweep,
+    sweep_status,
+    tasks_of,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -117,6 +124,40 @@ def test_an_edited_topology_file_is_recomputed_a_shipped_name_keeps_its_ids(
         ids[r["point"]["topology"]].add(r["id"])
     shipped = {point_id(p.as_dict(), spec.point_function) for p in expand(spec) if p.topology == "nuna-4die"}
     assert ids["nuna-4die"] == shipped
+
+
+def test_a_topology_file_is_recorded_by_its_file_name_so_a_moved_project_keeps_its_results(
+        fake_points: str, tmp_path: Path) -> None:
+    # before, the file's absolute path was part of every point: the same spec and file in two
+    # folders gave other ids, index bytes and recorded points, and --reuse adopted nothing
+    text = ('[sweep]\npoint_function = "sweep_fake_points:echo_point"\n[grid]\n'
+            'collectives = ["allgather"]\ngpus = [2, 4]\nsizes = ["1MB"]\nconfigs = ["UA"]\n'
+            'topologies = ["t/chip.toml", "nuna-4die"]\n')
+    chip = (REPO / "topologies" / "nuna-4die.toml").read_text().replace('name = "nuna-4die"',
+                                                                       'name = "my-chip"')
+    specs = []
+    for place in ("a", "b/deeper"):
+        (tmp_path / place / "t").mkdir(parents=True)
+        (tmp_path / place / "t" / "chip.toml").write_text(chip)
+        (tmp_path / place / "spec.toml").write_text(text)
+        specs.append(load_sweep_spec(tmp_path / place / "spec.toml"))
+    first, second = specs
+    run_sweep(first, tmp_path / "a" / "out", jobs=1)
+    run_sweep(second, tmp_path / "b" / "out", jobs=1)
+    index = (tmp_path / "a" / "out" / "index.json").read_bytes()
+    assert index == (tmp_path / "b" / "out" / "index.json").read_bytes()
+    assert str(tmp_path) not in index.decode()
+    records = load_results(tmp_path / "a" / "out")
+    assert sorted({r["point"]["topology"] for r in records}) == ["chip.toml", "nuna-4die"]
+    # the same records but for the fake's result, which digests the path it was given
+    assert ([{k: v for k, v in r.items() if k not in ("result", "timing")} for r in records]
+            == [{k: v for k, v in r.items() if k not in ("result", "timing")}
+                for r in load_results(tmp_path / "b" / "out")])
+    # the point function still loads the file from where it is
+    inputs = {task.inputs["topology"] for task, _ in tasks_of(second) if task.inputs is not None}
+    assert inputs == {str((tmp_path / "b" / "deeper" / "t" / "chip.toml").resolve()), "nuna-4die"}
+    moved = run_sweep(second, tmp_path / "fresh", jobs=1, reuse=[tmp_path / "a" / "out"])
+    assert (moved.ran, moved.already_done) == (0, 4)
 
 
 def test_resume_recomputes_only_missing_and_damaged_points(

@@ -92,6 +92,28 @@ def test_topology_paths_resolve_against_the_spec_folder(write_spec: Callable[...
     assert spec.topologies == ("nuna-4die", str((tmp_path / "chips" / "mine.toml").resolve()))
 
 
+@pytest.mark.parametrize("also", [False, True])
+def test_two_topology_files_of_one_file_name_are_refused(write_spec: Callable[..., Path], tmp_path: Path,
+                                                         also: bool) -> None:
+    # results record a topology file by its file name (spec.portable_topology), which must
+    # then name one file
+    for folder in ("x", "y"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "chip.toml").write_bytes((REPO / "topologies" / "nuna-4die.toml").read_bytes())
+    grid = '[grid]\ncollectives = ["allgather"]\ngpus = [8]\nsizes = ["1MB"]\nconfigs = ["UA"]\n'
+    if also:
+        text = grid + 'topologies = ["x/chip.toml"]\n[[grid.also]]\ntopologies = ["y/chip.toml"]\n'
+    else:
+        text = grid + 'topologies = ["x/chip.toml", "y/chip.toml"]\n'
+    with pytest.raises(InputError, match=r"spec\.toml: \[grid\] topologies: .*/x/chip\.toml and "
+                                         r".*/y/chip\.toml have the same file name"):
+        load_sweep_spec(write_spec(text))
+    # one file named by two grids (two spellings of its path) is one topology
+    spec = load_sweep_spec(write_spec(grid + 'topologies = ["x/chip.toml"]\n[[grid.also]]\n'
+                                      'topologies = ["x/../x/chip.toml"]\n'))
+    assert len(expand(spec)) == 1
+
+
 # --- validation: one clear InputError naming the file and the key ------------------------------
 
 BAD_VALUES = [

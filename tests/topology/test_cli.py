@@ -167,3 +167,15 @@ def test_show_flat_chip_json_is_strict(run_cli: Run) -> None:
     assert data["remote_write_noc"]["worst_to_best"] is None
     assert data["remote_store"]["best_ns"] == 2000.0
     assert data["transfer"]["worst_to_best"] == 1.0
+
+
+@pytest.mark.parametrize("fmt", ["svg", "pdf", "png"])
+def test_pictures_carry_no_library_version_or_date(fmt: str) -> None:
+    # before, SVG and PDF named "Matplotlib v3.x.y": the same picture changed bytes with the library
+    import matplotlib
+
+    data = figure_bytes(topology_figure(default_topology()), fmt)
+    assert matplotlib.__version__.encode() not in data
+    assert b"Matplotlib v" not in data
+    assert b"CreationDate" not in data
+    assert b"<dc:date>" not in data
