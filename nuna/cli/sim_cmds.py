@@ -200,6 +200,10 @@ def simulate(
         typer.echo(f"# fast-forward: {len(res.fast_forward)} steady state(s) skipped, "
                    f"{res.skipped_ns:.1f} ns of {res.time_ns:.1f} ns, about {res.events_skipped:.0f} events "
                    "not replayed")
+    if res.one_queue_for_trace:
+        typer.echo("# note: --trace replayed with one event queue, where this pod replays windowed "
+                   "without it: the same model, other orders of equal-time events, so the --json "
+                   "queueing and latency figures may differ slightly from a replay without --trace")
     for note in (res.size_fit.note(), coarse_packet_note(res.packet_bytes)):
         if note is not None:
             typer.echo(f"# note: {note}")

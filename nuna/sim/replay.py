@@ -22,6 +22,7 @@ Model (``docs/simulator.md`` has the full description and its validation):
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import math
 import time
@@ -629,9 +630,12 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *, packet
         raise SimulationError(_deadlock_message(flat, dag, R))
     for times in (R.n_t_ready, R.n_t_start, R.n_t_end):
         fastforward.shift_times(times, skips)
-    return _result(plan, spec, size_bytes, psize, seed, flat, dag, net, st, R, layout, tb_cu, (lower, floor),
-                   lb_sent, njobs, started, trace, size_fit(plan, size_bytes, opts.element_bytes), window_ns,
-                   None if opts.fast_forward is None else skips)
+    res = _result(plan, spec, size_bytes, psize, seed, flat, dag, net, st, R, layout, tb_cu, (lower, floor),
+                  lb_sent, njobs, started, trace, size_fit(plan, size_bytes, opts.element_bytes), window_ns,
+                  None if opts.fast_forward is None else skips)
+    if trace and opts.windowed is None and _window_for(None, ngpus, False, net, spec, psize) > 0.0:
+        res = dataclasses.replace(res, one_queue_for_trace=True)
+    return res
 
 
 def load_kernels(topology_spec: TopologySpec) -> None:

@@ -198,6 +198,9 @@ class SimResult:
     size_fit: SizeFit = field(repr=False)
     # windowed scheduling's window (SimOptions.windowed), 0 when events ran in one global order
     window_ns: float = 0.0
+    # True when only the trace kept the replay in one queue (windowed by default, unable to
+    # sample every GPU at one time): the same model, other tie orders (docs/simulator.md §6)
+    one_queue_for_trace: bool = False
     # the steady states skipped (SimOptions.fast_forward, nuna.sim.fastforward); None when off
     fast_forward: tuple[Skip, ...] | None = None
 

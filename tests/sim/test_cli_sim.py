@@ -167,6 +167,18 @@ def test_simulate_windowed(run_cli, plan_file: Path, tmp_path: Path) -> None:
     assert not trace.exists()
 
 
+def test_simulate_says_when_a_trace_kept_a_windowed_pod_in_one_queue(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    note = "--trace replayed with one event queue"
+    plan = tmp_path / "ag16.xml"
+    assert run_cli("generate", "allgather", "--gpus", "16", "-o", plan).code == 0
+    traced = run_cli("simulate", plan, "--size", "64KiB", "--trace", tmp_path / "t.json")
+    assert traced.code == 0, traced.err
+    assert f"# note: {note}" in traced.out
+    assert note not in run_cli("simulate", plan, "--size", "64KiB").out
+    asked = run_cli("simulate", plan, "--size", "64KiB", "--one-queue", "--trace", tmp_path / "u.json")
+    assert note not in asked.out
+
+
 def test_simulate_bounds_only_gives_the_replays_bounds_without_replaying(run_cli, plan_file: Path,  # type: ignore[no-untyped-def]
                                                                          tmp_path: Path) -> None:
     full, bounds = tmp_path / "r.json", tmp_path / "b.json"

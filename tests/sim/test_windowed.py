@@ -176,9 +176,16 @@ def test_default_windows_from_16_gpus_unless_traced(spec) -> None:  # type: igno
     # and the replay follows it: SimOptions() leaves the choice to the simulator
     assert SimOptions().windowed is None
     plan = generate("allgather", WINDOWED_FROM_GPUS)
-    assert simulate(plan, spec, 64 * 1024).window_ns == window
-    assert simulate(plan, spec, 64 * 1024, trace=True).window_ns == 0.0
-    assert simulate(plan, spec, 64 * 1024, options=SimOptions(windowed=False)).window_ns == 0.0
+    untraced = simulate(plan, spec, 64 * 1024)
+    assert untraced.window_ns == window
+    assert not untraced.one_queue_for_trace
+    traced = simulate(plan, spec, 64 * 1024, trace=True)
+    assert traced.window_ns == 0.0
+    assert traced.one_queue_for_trace  # the CLI says so beside the --json it wrote
+    one_queue = simulate(plan, spec, 64 * 1024, trace=True, options=SimOptions(windowed=False))
+    assert one_queue.window_ns == 0.0
+    assert not one_queue.one_queue_for_trace  # asked for: the trace changed nothing
+    assert not simulate(generate("allgather", 8), spec, 64 * 1024, trace=True).one_queue_for_trace
     coarse_res = simulate(plan, spec, 4 << 20, packet_bytes=WINDOWED_BELOW_PACKET_BYTES)
     assert coarse_res.packet_bytes == WINDOWED_BELOW_PACKET_BYTES
     assert coarse_res.window_ns == 0.0
