@@ -34,6 +34,31 @@ def _shared_dir() -> Path:
 
 SHARED = _shared_dir()
 PLANS_MSCCL = SHARED / "plans-msccl"
+BOOKSIM_CSV = SHARED / "reference" / "noc-reference-8x8.csv"
+
+#: set (as .ci/run does where the corpus is beside the checkout): a missing corpus is an error,
+#: not a few hundred quiet skips (the MSCCL corpus tests, the Fig 7 golden, the BookSim check)
+REQUIRE_SHARED = "NUNA_REQUIRE_SHARED"
+
+
+def _missing_shared() -> list[Path]:
+    return [p for p in (PLANS_MSCCL, BOOKSIM_CSV) if not p.exists()]
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    missing = _missing_shared()
+    if missing and os.environ.get(REQUIRE_SHARED):
+        raise pytest.UsageError(f"{REQUIRE_SHARED} is set but the shared reference corpus is missing: "
+                                f"{', '.join(map(str, missing))} (set NUNA_SHARED to its folder)")
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    missing = _missing_shared()
+    if missing:
+        terminalreporter.write_line(
+            f"WARNING: shared reference corpus missing ({', '.join(map(str, missing))}): the MSCCL corpus "
+            "tests, the Fig 7 golden and the BookSim check did not run; set NUNA_SHARED to its folder",
+            yellow=True)
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,8 @@ reads of input files: regular files only, one wording of their errors."""
 
 from __future__ import annotations
 
+import errno
+import io
 import os
 import stat
 from pathlib import Path
@@ -159,11 +161,134 @@ def test_read_input_refuses_a_named_pipe_without_waiting_for_a_writer(tmp_path: 
         read_input(fifo, "plan file")
 
 
-@pytest.mark.skipif(not hasattr(os, "getuid") or os.getuid() == 0, reason="root reads any file")
-def test_read_input_unreadable_file(tmp_path: Path) -> None:
+def _os_error(code: int) -> OSError:
+    """The error the system raises for ``code``: ``OSError`` picks the subclass
+    (``PermissionError`` for ``EACCES``) and ``strerror`` is the system's wording."""
+    return OSError(code, os.strerror(code))
+
+
+def test_read_input_unreadable_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # chmod 0 does not stop root (CI's user): the refusal is made the system call's
     target = tmp_path / "secret.xml"
     target.write_text("x")
-    target.chmod(0)
-    with pytest.raises(InputError, match="cannot read: Permission denied"):
-        read_input(target, "plan file")
+    real_open = os.open
 
+    def refusing_open(name: str, flags: int, mode: int = 0o777) -> int:
+        if name == str(target):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), name)
+        return real_open(name, flags, mode)
+
+    monkeypatch.setattr(os, "open", refusing_open)
+    with pytest.raises(InputError) as raised:
+        read_input(target, "plan file")
+    assert str(raised.value) == f"{target}: cannot read: {os.strerror(errno.EACCES)}"
+    assert raised.value.__cause__ is None
+    assert raised.value.__suppress_context__  # one line, not the OSError's traceback
+
+
+@pytest.mark.parametrize("failing", ["fstat", "read"])
+def test_read_input_error_after_the_open_closes_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         failing: str) -> None:
+    target = tmp_path / "plan.xml"
+    target.write_text("<algo/>")
+    opened: list[int] = []
+    real_open = os.open
+
+    def spying_open(name: str, flags: int, mode: int = 0o777) -> int:
+        opened.append(real_open(name, flags, mode))
+        return opened[-1]
+
+    def failing_fstat(fd: int) -> os.stat_result:
+        raise _os_error(errno.EIO)
+
+    class FailingReader(io.BufferedReader):
+        def read(self, size: int | None = -1, /) -> bytes:
+            raise _os_error(errno.EIO)
+
+    def failing_fdopen(fd: int, mode: str) -> io.BufferedReader:
+        assert mode == "rb"
+        return FailingReader(io.FileIO(fd, "r"))
+
+    monkeypatch.setattr(os, "open", spying_open)
+    if failing == "fstat":
+        monkeypatch.setattr(os, "fstat", failing_fstat)
+    else:
+        monkeypatch.setattr(os, "fdopen", failing_fdopen)
+    with pytest.raises(InputError) as raised:
+        read_input(target, "plan file")
+    monkeypatch.undo()
+    assert str(raised.value) == f"{target}: cannot read: {os.strerror(errno.EIO)}"
+    assert len(opened) == 1
+    with pytest.raises(OSError) as closed:
+        os.fstat(opened[0])  # the descriptor read_input opened is closed, not leaked
+    assert closed.value.errno == errno.EBADF
+
+
+def _access_denying_write(monkeypatch: pytest.MonkeyPatch, denied: Path) -> list[int]:
+    """Make ``os.access`` refuse a write to ``denied`` (as for a user without the permission,
+    which root never is); returns the modes ``denied`` is asked for, as they come."""
+    real_access = os.access
+    asked: list[int] = []
+
+    def access(path: str | os.PathLike[str], mode: int) -> bool:
+        if Path(path) == denied:
+            asked.append(mode)
+            if mode & os.W_OK:
+                return False
+        return real_access(path, mode)
+
+    monkeypatch.setattr(os, "access", access)
+    return asked
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
+def test_check_writable_refuses_a_pipe_or_device_it_may_not_write(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    _access_denying_write(monkeypatch, fifo)
+    with pytest.raises(InputError) as raised:
+        check_writable(fifo)
+    assert str(raised.value) == f"{fifo}: cannot write: permission denied"
+    assert stat.S_ISFIFO(fifo.stat().st_mode)
+
+
+def test_unwritable_folder_is_refused_and_the_old_file_kept(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "out.json"
+    target.write_bytes(b"old\x00\xff")
+    asked = _access_denying_write(monkeypatch, tmp_path)
+    message = f"{target}: cannot write in {tmp_path}: permission denied"
+    with pytest.raises(InputError) as raised:
+        check_writable(target)
+    assert str(raised.value) == message
+    assert asked == [os.W_OK | os.X_OK]  # a folder must be searchable too, to create in it
+    with pytest.raises(InputError) as raised:
+        write_atomic(target, "new")
+    assert str(raised.value) == message
+    assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
+    assert target.read_bytes() == b"old\x00\xff"
+
+
+@pytest.mark.parametrize(("call", "code"), [
+    ("fsync", errno.ENOSPC),    # the disk fills as the data is flushed
+    ("chmod", errno.EPERM),
+    ("replace", errno.EACCES),  # the rename over the old file is refused
+])
+def test_a_failed_write_removes_its_temporary_and_keeps_the_old_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, call: str, code: int) -> None:
+    target = tmp_path / "out.json"
+    target.write_bytes(b"old\n")
+    error = _os_error(code)
+
+    def failing(*_: object) -> None:
+        raise error
+
+    monkeypatch.setattr(os, call, failing)
+    with pytest.raises(InputError) as raised:
+        write_atomic(target, "new\n")
+    monkeypatch.undo()
+    assert str(raised.value) == f"{target}: cannot write: {os.strerror(code)}"
+    assert raised.value.__cause__ is error
+    assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
+    assert target.read_bytes() == b"old\n"

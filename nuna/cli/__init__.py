@@ -76,7 +76,9 @@ def run(argv: Sequence[str] | None = None) -> int:
         print(f"nuna: error: {one_line(str(err))}", file=sys.stderr)
         return 1
     except OSError as err:
-        message = f"{err.strerror or err}: {err.filename or ''}".rstrip(": ")
+        reason = err.strerror or str(err) or type(err).__name__
+        # the file name as it is: a name may end in ':' or ' ' (rstrip of ': ' cut it short)
+        message = reason if err.filename is None else f"{reason}: {err.filename}"
         print(f"nuna: error: {one_line(message)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -5,7 +5,6 @@ of valid plans end either valid or in a clean NunaError."""
 from __future__ import annotations
 
 import http.server
-import importlib.util
 import re
 import threading
 from collections.abc import Callable, Iterator
@@ -24,7 +23,6 @@ REPO = Path(__file__).resolve().parents[2]
 FIG7 = (REPO / "plans" / "fig7_allgather_n2_c2.xml").read_text()
 SCRATCH = (REPO / "plans" / "allreduce_scratch_n2.xml").read_text()
 RING = (REPO / "plans" / "ring_allreduce_n3.xml").read_text()
-HAVE_SEMANTICS = importlib.util.find_spec("nuna.plan.semantics") is not None
 SECRET = "TOP-SECRET-MARKER-5f2c"
 
 
@@ -263,7 +261,6 @@ def test_cross_gpu_deadlock(run_cli, tmp_path: Path) -> None:
                    "deadlock: cross-GPU deadlock of 4 steps")
 
 
-@pytest.mark.skipif(not HAVE_SEMANTICS, reason="nuna.plan.semantics not written yet")
 def test_wrong_collective_result(run_cli, tmp_path: Path) -> None:
     # GPU 1 receives chunk a (sent by GPU 0) into the slot of chunk b
     doc = sub(FIG7, 'type="r" srcbuf="o" srcoff="0" dstbuf="o" dstoff="0"',
@@ -319,7 +316,7 @@ def mutated(draw: st.DrawFn) -> str:
 def test_mutations_are_valid_or_a_clean_error(text: str) -> None:
     try:
         plan, source = loads_with_source(text, "m.xml")
-        report = verify(plan, source=source, semantics=HAVE_SEMANTICS)
+        report = verify(plan, source=source)
     except NunaError as err:
         message = str(err)
         assert message

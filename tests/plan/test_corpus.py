@@ -3,7 +3,6 @@ keeps its source lines, and verifies with the verdict the corpus documentation p
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,6 @@ from tests.conftest import msccl_plans
 from tests.plan.test_xml import executor_lexical_problems
 
 CORPUS = msccl_plans()
-HAVE_SEMANTICS = importlib.util.find_spec("nuna.plan.semantics") is not None
 
 # from-repos/SOURCES.md: "put two threadblocks on the same (peer, channel, direction) on one
 # GPU, which the MSCCLang compiler never does; treat as malformed"
@@ -65,14 +63,14 @@ def test_parses_roundtrips_and_keeps_lines(path: Path) -> None:
 def test_verification(path: Path) -> None:
     """Structure, FIFO matching, deadlock freedom and (once semantics.py exists) the result."""
     plan, source = load_with_source(path)
-    report = verify(plan, source=source, semantics=HAVE_SEMANTICS)
+    report = verify(plan, source=source)
     assert all(m.startswith(str(path)) for m in report.errors + report.warnings + report.notes)
     if path.name in SHARED_CONNECTION:
         assert report.errors
         assert all("they would share one FIFO connection" in e for e in report.errors)
-    elif path.name in TOY_PLANS and HAVE_SEMANTICS:
+    elif path.name in TOY_PLANS:
         assert any("wrong result" in e for e in report.errors)
-    elif path.name in WRONG_RESULT and HAVE_SEMANTICS:
+    elif path.name in WRONG_RESULT:
         assert report.errors
         assert all("wrong result" in e for e in report.errors)
     else:

@@ -14,12 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nuna.errors import UsageError
+from nuna.plan import xml
 from nuna.plan.generate import ALGORITHMS, COLLECTIVES, generate
 from nuna.plan.ir import Buffer, Collective, Plan, Protocol, StepType
+from nuna.plan.verify import verify
 from tests.conftest import CliResult
-
-xml = pytest.importorskip("nuna.plan.xml", reason="nuna/plan/xml.py (the XML writer) is not written yet")
-verify_mod = pytest.importorskip("nuna.plan.verify", reason="nuna/plan/verify.py is not written yet")
 
 COLLS = [c.value for c in COLLECTIVES]
 
@@ -51,7 +50,7 @@ SMALL = list(itertools.product(COLLS, ALGORITHMS, [2, 3, 5], [1, 2], [True, Fals
 @pytest.mark.parametrize(("coll", "algo", "n", "par", "inplace"), SMALL)
 def test_small_plans_verify_and_round_trip(coll: str, algo: str, n: int, par: int, inplace: bool) -> None:
     plan = make(coll, n, algo, par, 2, inplace=inplace)
-    report = verify_mod.verify(plan, strict=True)
+    report = verify(plan, strict=True)
     assert report.errors == ()
     assert xml.loads(xml.dump(plan), "gen") == plan
     assert plan.inplace is inplace
@@ -66,7 +65,7 @@ def test_small_plans_verify_and_round_trip(coll: str, algo: str, n: int, par: in
 def test_random_plans_verify(coll: str, algo: str, n: int, par: int, mult: int, inplace: bool,
                              proto: Protocol) -> None:
     plan = make(coll, n, algo, par, mult, inplace=inplace, protocol=proto)
-    report = verify_mod.verify(plan)
+    report = verify(plan)
     assert report.errors == ()
     assert not [w for w in report.warnings if "race" in w or "zeroed" in w]
     assert xml.loads(xml.dump(plan), "gen") == plan
@@ -76,7 +75,7 @@ def test_random_plans_verify(coll: str, algo: str, n: int, par: int, mult: int, 
 @pytest.mark.parametrize("algo", ALGORITHMS)
 def test_64_gpus_verify(coll: str, algo: str) -> None:
     plan = make(coll, 64, algo, 1)
-    report = verify_mod.verify(plan)
+    report = verify(plan)
     assert report.errors == ()
     assert not [w for w in report.warnings if "race" in w]
 
@@ -260,7 +259,7 @@ def test_cli_writes_a_verifiable_plan(cli: Callable[..., CliResult], tmp_path: P
     assert "14 threadblocks/GPU" in res.out
     plan = xml.load(out)
     assert plan == generate("allgather", 8, tbs_per_peer=2, protocol=Protocol.LL)
-    assert verify_mod.verify(plan).errors == ()
+    assert verify(plan).errors == ()
 
 
 def test_cli_ring_options(cli: Callable[..., CliResult], tmp_path: Path) -> None:

@@ -13,13 +13,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nuna.errors import PlanError
+from nuna.plan import xml
 from nuna.plan.dag import build_dag
 from nuna.plan.generate import generate
 from nuna.plan.ir import Buffer, Collective, Gpu, Plan, Protocol, Step, StepType, Threadblock
 from nuna.plan.semantics import SemanticsResult, check_semantics
 from tests.conftest import msccl_plans
-
-xml = pytest.importorskip("nuna.plan.xml", reason="nuna/plan/xml.py (the XML reader) is not written yet")
 
 # --------------------------------------------------------------------------------------------
 # An independent oracle: the executor's step semantics (reference §5) run on numbers, with

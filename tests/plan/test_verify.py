@@ -4,7 +4,6 @@ used by ``nuna info``."""
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import replace
 from pathlib import Path
 
@@ -27,8 +26,6 @@ REPO = Path(__file__).resolve().parents[2]
 FIG7 = REPO / "plans" / "fig7_allgather_n2_c2.xml"
 SCRATCH = REPO / "plans" / "allreduce_scratch_n2.xml"
 RING = REPO / "plans" / "ring_allreduce_n3.xml"
-HAVE_SEMANTICS = importlib.util.find_spec("nuna.plan.semantics") is not None
-needs_semantics = pytest.mark.skipif(not HAVE_SEMANTICS, reason="nuna.plan.semantics not written yet")
 
 
 def edit_tb(plan: Plan, g: int, t: int, **changes: object) -> Plan:
@@ -57,7 +54,6 @@ def only_error(report: Report) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-@needs_semantics
 @pytest.mark.parametrize("path", [FIG7, SCRATCH, RING, REPO / "plans" / "fig7_allgather_n2_c2_annotated.xml"],
                          ids=lambda p: p.name)
 def test_example_plans_are_clean(path: Path) -> None:
@@ -255,7 +251,6 @@ def test_dependency_cycle_on_one_gpu() -> None:
     assert "gpu 0 tb 1 step 0" in message
 
 
-@needs_semantics
 def test_wrong_result_is_an_error() -> None:
     plan = load(FIG7)
     # GPU 0 sends chunk a to the slot of chunk b: output[1][0] is never written
@@ -266,7 +261,6 @@ def test_wrong_result_is_an_error() -> None:
     assert any("gpu 1" in e for e in report.errors)
 
 
-@needs_semantics
 def test_races_are_warnings_and_strict_errors() -> None:
     plan = load(SCRATCH)
     # a second local copy into o[0] on tb 1, unordered with tb 0's copy and reduction
@@ -304,7 +298,7 @@ def test_error_list_is_capped() -> None:
 def test_verify_leaves_the_plan_alone() -> None:
     plan = load(RING)
     text = dump(plan)
-    verify(plan, semantics=HAVE_SEMANTICS)
+    verify(plan)
     assert dump(plan) == text
 
 

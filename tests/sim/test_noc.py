@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from nuna.errors import UsageError
 from nuna.sim import noc
 from nuna.sim.network import RouterParams
-from tests.conftest import SHARED
+from tests.conftest import BOOKSIM_CSV
 
-CSV = SHARED / "reference" / "noc-reference-8x8.csv"
+CSV = BOOKSIM_CSV
 # saturation throughputs stated in noc-reference-8x8.md (flits/node/cycle)
 BOOKSIM_SATURATION = {"uniform": 0.40, "transpose": 0.145}
 

@@ -123,6 +123,7 @@ def test_each_domain_pops_its_own_events_in_order(ops: list[tuple[int, int, int]
     never hand one domain's event to another, also across a heap that grows."""
     mesh = noc.build_mesh(2, 1)
     state = eng.make_state(mesh.net, 1, 16 + len(ops), 1, 3, 1)
+    state.ctr[eng.C_QC] = 2  # rings of two slots (a power of two), so that pushes find them full
     dom = np.array([g for g, _, _ in ops], np.int64)
     cls = np.array([c for _, c, _ in ops], np.int64)
     t = np.array([t for _, _, t in ops], np.float64) * 0.5  # many ties on purpose
@@ -287,8 +288,9 @@ def test_full_rings_spill_into_the_heap_exactly(spec, monkeypatch: pytest.Monkey
     # (time, insertion) order
     make_state = eng.make_state
     _same_replay_with(spec, monkeypatch, windowed,
-                      # 16 slots per ring
-                      make_state=lambda *a, **k: make_state(*a[:6], **{**k, "in_flight": 1}))
+                      # 16 slots per ring (the replay sizes rings by ring_events; in_flight did
+                      # not shrink them, so this test never filled one before 2026-12-06)
+                      make_state=lambda *a, **k: make_state(*a[:6], **{**k, "ring_events": 1}))
 
 
 @pytest.mark.parametrize("windowed", [False, True])
