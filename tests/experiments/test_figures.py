@@ -107,9 +107,9 @@ def test_fig12_utilisation_is_the_mean_port_egress_utilisation() -> None:
 
 
 def test_unknown_figure_is_a_usage_error() -> None:
-    with pytest.raises(UsageError):
+    with pytest.raises(UsageError, match=r"unknown figure 'fig99' \(choose from fig9, fig10, "):
         figure_data("fig99", [])
-    with pytest.raises(UsageError):
+    with pytest.raises(UsageError, match=r"unknown figure 'fig8' \(choose from fig9, "):
         render("fig8", {})
 
 

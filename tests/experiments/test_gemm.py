@@ -98,10 +98,16 @@ def test_gemm_placement_is_the_same_for_every_configuration_when_free() -> None:
     assert len(set(ua)) == GEMM_TILES  # 100 tiles fit on distinct CUs of a 4-die chip
 
 
-@pytest.mark.parametrize(("size", "gemm"), [(1_000_000, 1_000_001), (1_000_001, 1_000_000), (1_000_000, 0)])
-def test_bad_sizes_are_usage_errors(size: int, gemm: int) -> None:
+@pytest.mark.parametrize(("size", "gemm", "match"), [
+    (1_000_000, 1_000_001, "GEMM size 1000001 bytes does not split into 100 equal tiles"),
+    (1_000_001, 1_000_000, "collective size 1000001 bytes is not a whole number of the plan's 8 chunks"),
+    (1_000_000, 0, "GEMM size 0 bytes does not split into 100 equal tiles"),
+    # chunks of 125,000 B and tiles of 10,001 B share 1 byte: 125,000 chunks per collective chunk
+    (1_000_000, 1_000_100, r"GEMM tiles of 10001 bytes need chunks of 1 bytes \(125000 per collective chunk"),
+])
+def test_bad_sizes_are_usage_errors(size: int, gemm: int, match: str) -> None:
     plan = generate("allgather", 8)
-    with pytest.raises(UsageError):
+    with pytest.raises(UsageError, match=match):
         add_gemm(plan, TOPO, size, gemm)
 
 
