@@ -4,7 +4,10 @@ their errors), and telling a file argument from a registered name."""
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import os
+import socket
 import stat
 import tempfile
 from pathlib import Path
@@ -91,7 +94,7 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
     except FileNotFoundError:
         mode = 0o666 & ~_current_umask()
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.{_writer_tag()}.", suffix=".tmp", dir=folder)
     except OSError as err:  # name the user's file, not the temporary one
         raise InputError(f"{given}: cannot write in {folder}: {err.strerror or err}") from err
     try:
@@ -107,6 +110,41 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    remove_dead_writers_temporaries(target)
+
+
+def _writer_tag() -> str:
+    """``HOST-PID`` of this process, in its temporaries' names: a later write of the same file
+    can tell a killed writer's leftover from a live writer's file."""
+    host = "".join(ch if ch.isalnum() else "_" for ch in socket.gethostname()) or "host"
+    return f"{host}-{os.getpid()}"
+
+
+def remove_dead_writers_temporaries(target: Path) -> int:
+    """Delete the temporaries of ``target`` that a writer on this host left when it was killed
+    (SIGKILL, a crash: no ``finally`` ran) and that process is gone; return how many. A live
+    writer's temporary, another host's (a shared file system) or one of another name is kept."""
+    host = _writer_tag().rsplit("-", 1)[0]
+    removed = 0
+    for tmp in target.parent.glob(f".{glob.escape(target.name)}.*.tmp"):
+        tag = tmp.name[len(target.name) + 2:-len(".tmp")].rsplit(".", 1)[0]  # HOST-PID
+        owner, _, pid = tag.rpartition("-")
+        if owner != host or not pid.isdigit() or _alive(int(pid)):
+            continue
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+            removed += 1
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (OSError, OverflowError):  # another user's process, or no pid at all: keep the file
+        return True
+    return True
 
 
 def checkout_folder(name: str) -> Path | None:

@@ -6,11 +6,15 @@ from __future__ import annotations
 import errno
 import io
 import os
+import signal
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from nuna import fsutil
 from nuna.errors import InputError, TopologyError
 from nuna.fsutil import check_writable, make_folder, read_input, write_atomic
 
@@ -292,3 +296,36 @@ def test_a_failed_write_removes_its_temporary_and_keeps_the_old_file(
     assert raised.value.__cause__ is error
     assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
     assert target.read_bytes() == b"old\n"
+
+
+def _dead_pid() -> int:
+    child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                           text=True, check=True)
+    return int(child.stdout)
+
+
+def test_a_killed_writers_temporary_is_removed_by_the_next_write(tmp_path: Path) -> None:
+    # a writer SIGKILLed between its temporary and the rename (no finally runs) left the
+    # temporary for good: a hidden file as large as the output (a trace: hundreds of MB)
+    out = tmp_path / "out.json"
+    out.write_text("old")
+    script = ("import os, signal, sys\n"
+              "from nuna import fsutil\n"
+              "os.replace = lambda *a: os.kill(os.getpid(), signal.SIGKILL)\n"
+              "fsutil.write_atomic(sys.argv[1], 'half')\n")
+    killed = subprocess.run([sys.executable, "-c", script, str(out)], check=False)
+    assert killed.returncode == -signal.SIGKILL
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert len(left) == 2  # out.json and the killed writer's temporary
+    host_pid = fsutil._writer_tag().rsplit("-", 1)[0]
+    dead = _dead_pid()
+    keep = [f".out.json.{host_pid}-{os.getpid()}.live0001.tmp",  # a live writer (this process)
+            f".out.json.otherhost-{dead}.remote01.tmp",  # a writer on another host
+            ".out.json.abc12345.tmp",  # a name without a writer's tag
+            f".other.json.{host_pid}-{dead}.other001.tmp"]  # another file's
+    for name in keep:
+        (tmp_path / name).write_text("x")
+    (tmp_path / f".out.json.{host_pid}-{dead}.dead0001.tmp").write_text("x")
+    fsutil.write_atomic(out, "new")
+    assert out.read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*keep, "out.json"])
