@@ -329,3 +329,14 @@ def test_a_killed_writers_temporary_is_removed_by_the_next_write(tmp_path: Path)
     fsutil.write_atomic(out, "new")
     assert out.read_text() == "new"
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*keep, "out.json"])
+
+
+def test_a_writer_that_cleans_up_itself_can_skip_the_scan(tmp_path: Path) -> None:
+    # a sweep's store writes thousands of files in one folder and cleans it under its lock
+    out = tmp_path / "r.json"
+    dead = tmp_path / f".r.json.{fsutil._writer_tag().rsplit('-', 1)[0]}-{_dead_pid()}.dead0001.tmp"
+    dead.write_text("x")
+    fsutil.write_atomic(out, "1", remove_leftovers=False)
+    assert dead.exists()
+    fsutil.write_atomic(out, "2")
+    assert not dead.exists()

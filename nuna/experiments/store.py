@@ -140,7 +140,7 @@ def remove_stale_temporaries(out_dir: Path) -> int:
     while holding :func:`sweep_lock` (no other writer can be mid-write)."""
     removed = 0
     for folder in (out_dir, results_dir(out_dir), failures_dir(out_dir)):
-        # write_atomic's temporaries are named '.<target name>.<random>.tmp'.
+        # write_atomic's temporaries are named '.<target name>.<host>-<pid>.<random>.tmp'.
         for tmp in folder.glob(".*.json.*.tmp"):
             tmp.unlink(missing_ok=True)
             removed += 1
@@ -189,7 +189,7 @@ def adopt_results(out_dir: Path, tasks: Sequence[Task], sources: Sequence[Path])
         for source in others:
             record = read_result(source, task)
             if record is not None:
-                write_atomic(target, _dump(record))
+                write_atomic(target, _dump(record), remove_leftovers=False)
                 failure_path(out_dir, task.point_id).unlink(missing_ok=True)
                 adopted += 1
                 break
@@ -231,13 +231,13 @@ def write_outcome(out_dir: Path, task: Task, outcome: Outcome) -> None:
     a failure record."""
     if outcome.ok:
         record = _header(RESULT_FORMAT, task) | {"result": outcome.result, "timing": outcome.timing}
-        write_atomic(result_path(out_dir, task.point_id), _dump(record))
+        write_atomic(result_path(out_dir, task.point_id), _dump(record), remove_leftovers=False)
         # After the result is safely written: if we die in between, the result wins on rerun.
         failure_path(out_dir, task.point_id).unlink(missing_ok=True)
     else:
         error = {"type": outcome.error_type, "message": outcome.error_message, "traceback": outcome.traceback}
         record = _header(FAILURE_FORMAT, task) | {"error": error, "timing": outcome.timing}
-        write_atomic(failure_path(out_dir, task.point_id), _dump(record))
+        write_atomic(failure_path(out_dir, task.point_id), _dump(record), remove_leftovers=False)
 
 
 def read_failure(out_dir: Path, point_id: str) -> dict[str, Any]:
@@ -261,7 +261,7 @@ def write_index(out_dir: Path, spec_json: Mapping[str, Any], tasks: Sequence[Tas
                         "file": f"{folder}/{task.point_id}.json" if folder else None})
     index = {"format": INDEX_FORMAT, "nuna_version": __version__, "spec": dict(spec_json),
              "counts": counts | {"total": len(tasks)}, "points": entries}
-    write_atomic(index_path(out_dir), _dump(index))
+    write_atomic(index_path(out_dir), _dump(index), remove_leftovers=False)
 
 
 def load_results(out_dir: str | Path) -> list[dict[str, Any]]:
