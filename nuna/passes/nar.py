@@ -32,6 +32,7 @@ or use heuristic thresholds"):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
@@ -47,6 +48,7 @@ from nuna.plan.verify import chunk_bytes_for
 from nuna.topology.address import nar_domain_ports, nar_domain_stacks, nar_granularities, store_domains_by_cu
 from nuna.topology.geometry import chip_geometry
 from nuna.topology.spec import TopologySpec
+from nuna.units import MAX_SIZE_BYTES
 
 
 def check_granularity(spec: TopologySpec, g: int) -> int:
@@ -248,9 +250,14 @@ def granularity_thresholds(estimates: Sequence[GranularityEstimate], size_bytes:
     def winner(x: float) -> int:
         return min(lines, key=lambda ln: (round(ln[0] + ln[1] * x, 9), ln[2]))[2]
 
+    # slopes equal but for rounding (2.56 against 2.5599999999999996 ns per byte, from sums in
+    # another order) are parallel: their "crossing" (7e20 B) is noise, as is any beyond a size
     cuts = sorted({(a0 - b0) / (b1 - a1) for a0, a1, _ in lines for b0, b1, _ in lines
-                   if b1 != a1 and (a0 - b0) / (b1 - a1) > 0})
-    out = [(0.0, winner(0.0))]
+                   if not math.isclose(a1, b1, rel_tol=1e-12, abs_tol=0.0)
+                   and 0 < (a0 - b0) / (b1 - a1) <= MAX_SIZE_BYTES})
+    # from 0 on: the winner just above 0 (equal latencies go to the smaller B), not the tie at 0
+    first = min(lines, key=lambda ln: (round(ln[0], 9), ln[1], ln[2]))[2]
+    out = [(0.0, first)]
     for x in cuts:
         w = winner(x * (1 + 1e-9) + 1e-9)
         if w != out[-1][1]:

@@ -399,7 +399,8 @@ def _deadlock_message(flat: FlatPlan, dag: ReplayDag, R: Any) -> str:
         else:
             blocked.append(f"{_step_name(flat, n)} is stuck moving data")
     more = f" (and {len(blocked) - 6} more)" if len(blocked) > 6 else ""
-    return (f"deadlock: {len(tbs)} threadblocks cannot finish: " + "; ".join(blocked[:6]) + more)
+    count = f"{len(tbs)} threadblock{'s' * (len(tbs) != 1)}"
+    return f"deadlock: {count} cannot finish: " + "; ".join(blocked[:6]) + more
 
 
 @dataclass(frozen=True, eq=False)
