@@ -190,13 +190,18 @@ def _run_local(tasks: Sequence[Task], jobs: int) -> Iterator[Outcome]:
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_start_worker,
                                initargs=(threads, os.getpid()))
     finished = False
+    broken = False  # a worker died: the pool takes no more tasks and fails the ones it held
     try:
         def refill() -> None:
-            while len(in_flight) < workers * _QUEUE_PER_WORKER:
+            nonlocal broken
+            while not broken and len(in_flight) < workers * _QUEUE_PER_WORKER:
                 task = next(pending, None)
                 if task is None:
                     return
-                in_flight.add(pool.submit(execute, task))
+                try:
+                    in_flight.add(pool.submit(execute, task))
+                except BrokenProcessPool:  # the pool broke while the driver wrote an outcome
+                    broken = True
 
         refill()
         while in_flight:
@@ -206,12 +211,15 @@ def _run_local(tasks: Sequence[Task], jobs: int) -> Iterator[Outcome]:
                 try:
                     outcome = future.result()
                 except BrokenProcessPool:
-                    raise NunaError(
-                        "a sweep worker process died (out of memory, killed, or a script calling "
-                        "run_sweep without an 'if __name__ == \"__main__\":' guard); finished points "
-                        "are saved: run the sweep again to resume") from None
+                    broken = True  # the points finished before the death are still handed on
+                    continue
                 yield outcome
             refill()
+        if broken:
+            raise NunaError(
+                "a sweep worker process died (out of memory, killed, or a script calling "
+                "run_sweep without an 'if __name__ == \"__main__\":' guard); finished points "
+                "are saved: run the sweep again to resume")
         finished = True
     finally:
         if finished:

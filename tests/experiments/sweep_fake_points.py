@@ -8,13 +8,18 @@ variables, which worker processes inherit:
 - ``NUNA_FAKE_FAIL_GPUS``: points with this GPU count raise ``RuntimeError``;
 - ``NUNA_FAKE_STARTED_DIR``: every point first creates a file named after its process there,
   so a test can tell that points are running.
+- ``NUNA_FAKE_KILL_GPUS``: ``killing_point`` SIGKILLs the worker process running a point with
+  this GPU count (as the out-of-memory killer would); with ``NUNA_FAKE_KILL_AFTER`` set, only
+  once the file it names exists.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
 import os
+import signal
 import time
 from typing import Any
 
@@ -84,3 +89,21 @@ def compile_point(point: dict[str, Any]) -> dict[str, Any]:
         return 2 * x
 
     return {"value": int(twice(point["gpus"])), "numba_running": numba.get_num_threads()}
+
+
+def killing_point(point: dict[str, Any]) -> dict[str, Any]:
+    """``echo_point``, except that a point with ``NUNA_FAKE_KILL_GPUS`` GPUs SIGKILLs the worker
+    process running it, as the out-of-memory killer would: at once, or once the file named by
+    ``NUNA_FAKE_KILL_AFTER`` exists (waiting for it up to a minute). Only a worker process: in
+    the main process (an in-process dask worker's thread, say) it raises instead of killing the
+    tests."""
+    kill_gpus = os.environ.get("NUNA_FAKE_KILL_GPUS")
+    if kill_gpus and int(kill_gpus) == point["gpus"]:
+        if multiprocessing.parent_process() is None:
+            raise RuntimeError("killing_point runs in a main process: not killing it")
+        after = os.environ.get("NUNA_FAKE_KILL_AFTER")
+        deadline = time.monotonic() + 60
+        while after and not os.path.exists(after) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGKILL)
+    return echo_point(point)
