@@ -135,3 +135,57 @@ def test_the_passes_refuse_exactly_the_sizes_the_replay_cannot_lay_out(collectiv
         with pytest.raises(SimulationError) as info:
             memory_layout(plan, spec, size, flat, match_send)
         assert str(info.value) == problem
+
+
+def _huge_allgather(chunks_per_gpu: int) -> str:
+    """A 2-GPU direct allgather whose two chunks are ``chunks_per_gpu / 2`` chunks each."""
+    from nuna.plan.xml import dump
+
+    half = chunks_per_gpu // 2
+    text = dump(generate("allgather", 2))
+    for old, new in (('nchunksperloop="2"', f'nchunksperloop="{chunks_per_gpu}"'),
+                     ('o_chunks="2"', f'o_chunks="{chunks_per_gpu}"'), ('cnt="1"', f'cnt="{half}"'),
+                     ('srcoff="1"', f'srcoff="{half}"'), ('dstoff="1"', f'dstoff="{half}"')):
+        assert old in text
+        text = text.replace(old, new)
+    return text
+
+
+def test_a_plan_of_more_chunks_than_can_be_checked_or_placed_is_named(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # 2**26 chunks per GPU: before, validate ran out of 8 GB after 46 s in the semantic check, and
+    # NAP+NAR did too in the placement (2**20 per GPU: 63 s, then a 108 MB plan nuna could not read)
+    plan = tmp_path / "huge.xml"
+    plan.write_text(_huge_allgather(1 << 26))
+    checked = run_cli("validate", plan)
+    assert checked.code == 0, checked.err
+    assert "semantic check not run: the plan's buffers hold 134,217,728 chunks in all, more than the " \
+           "2,097,152 it executes" in checked.out
+    placed = run_cli("rewrite", plan, "--config", "NAP+NAR", "--size", "1GiB", "-o", tmp_path / "out.xml")
+    assert placed.code == 1
+    assert placed.err == ("nuna: error: plan allgather_direct_k1_n2_cpp1: its buffers hold 134,217,728 "
+                          "chunks in all; the passes place at most 1,048,576 (one XML element each, and a "
+                          "plan file holds at most 64 MiB)\n")
+    assert not (tmp_path / "out.xml").exists()
+
+
+def test_the_chunk_limits_are_where_the_checks_stop(monkeypatch: pytest.MonkeyPatch) -> None:
+    from nuna.passes import base
+    from nuna.passes.configs import apply_config
+    from nuna.plan import semantics
+    from nuna.plan.verify import verify
+    from nuna.plan.xml import loads
+
+    plan = loads(_huge_allgather(8), "ag")  # 16 chunks in all
+    wrong = loads(_huge_allgather(8).replace('dstoff="4"', 'dstoff="0"', 1), "wrong")
+    monkeypatch.setattr(semantics, "MAX_SEMANTIC_CHUNKS", 16)
+    assert not verify(plan).notes
+    assert verify(wrong).errors  # executed: the wrong result is found
+    monkeypatch.setattr(semantics, "MAX_SEMANTIC_CHUNKS", 15)
+    assert verify(wrong).notes == ("semantic check not run: the plan's buffers hold 16 chunks in all, more "
+                                   "than the 15 it executes",)
+    ctx = PassContext(load_topology("nuna-4die"), 1 << 20)
+    monkeypatch.setattr(base, "MAX_PLACED_CHUNKS", 16)
+    apply_config(plan, "NAP+NAR", ctx)
+    monkeypatch.setattr(base, "MAX_PLACED_CHUNKS", 15)
+    with pytest.raises(PassError, match="its buffers hold 16 chunks in all; the passes place at most 15 "):
+        apply_config(plan, "NAP+NAR", ctx)

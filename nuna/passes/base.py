@@ -61,12 +61,25 @@ def verify_plan(plan: Plan) -> None:
     verify(plan, strict=False).raise_on_error()
 
 
+#: the most chunks (over every GPU's buffers) a pipeline places. A placement pass writes an
+#: element per chunk, about 51 bytes of XML: a 2-GPU plan of 2**20 chunks per GPU took 63 s and
+#: 2.2 GB and wrote a 108 MB plan that nuna.plan.xml then refused (MAX_PLAN_BYTES, 64 MiB), and
+#: 2**26 per GPU ran out of 8 GB. Real plans hold thousands (64-GPU alltoall, 16 per peer: 131,072)
+MAX_PLACED_CHUNKS = 1 << 20
+
+
 def check_input(plan: Plan, ctx: PassContext, *, verify_it: bool = True) -> None:
     """What a pipeline checks of its input before any pass sees it: a chunk size at
     ``ctx.size_bytes`` (``UsageError``), a plan that verifies (``PlanError``; skipped when not
     ``verify_it``) and buffers that fit the chip's memory at that size (``PassError``, in the
     simulator's words: before, NUMA+NAR placed an 8-GPU allgather of 1000 GiB in 14 s and 0.9 GB
-    of memory, and 100000 GiB ran out of memory, where the replay refuses both at once)."""
+    of memory, and 100000 GiB ran out of memory, where the replay refuses both at once), and at
+    most :data:`MAX_PLACED_CHUNKS` chunks (``PassError``)."""
+    chunks = sum(g.input_chunks + g.output_chunks + g.scratch_chunks for g in plan.gpus)
+    if chunks > MAX_PLACED_CHUNKS:
+        raise PassError(f"plan {plan.name}: its buffers hold {chunks:,} chunks in all; the passes place at "
+                        f"most {MAX_PLACED_CHUNKS:,} (one XML element each, and a plan file holds at most "
+                        "64 MiB)")
     chunk_bytes_for(plan, ctx.size_bytes)
     if verify_it:
         verify_plan(plan)
