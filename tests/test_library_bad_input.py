@@ -163,8 +163,8 @@ def test_a_plan_of_more_chunks_than_can_be_checked_or_placed_is_named(run_cli, t
     placed = run_cli("rewrite", plan, "--config", "NAP+NAR", "--size", "1GiB", "-o", tmp_path / "out.xml")
     assert placed.code == 1
     assert placed.err == ("nuna: error: plan allgather_direct_k1_n2_cpp1: its buffers hold 134,217,728 "
-                          "chunks in all; the passes place at most 1,048,576 (one XML element each, and a "
-                          "plan file holds at most 64 MiB)\n")
+                          "chunks in all; the passes place at most 1,048,576 (an XML element or more each, "
+                          "and a plan file holds at most 64 MiB)\n")
     assert not (tmp_path / "out.xml").exists()
 
 
@@ -189,3 +189,25 @@ def test_the_chunk_limits_are_where_the_checks_stop(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(base, "MAX_PLACED_CHUNKS", 15)
     with pytest.raises(PassError, match="its buffers hold 16 chunks in all; the passes place at most 15 "):
         apply_config(plan, "NAP+NAR", ctx)
+
+
+def test_a_plan_too_large_to_read_back_is_not_written(run_cli, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # a million chunks placed over several stacks each came to 80 MB of XML, which load refuses
+    from nuna.errors import PlanError
+    from nuna.plan import xml
+
+    plan = generate("allgather", 8)
+    size = len(xml.dump(plan).encode())
+    monkeypatch.setattr(xml, "MAX_PLAN_BYTES", size)
+    xml.save(plan, tmp_path / "fits.xml")
+    assert xml.load(tmp_path / "fits.xml") == plan
+    monkeypatch.setattr(xml, "MAX_PLAN_BYTES", size - 1)
+    with pytest.raises(PlanError, match=rf"would be {size:,} bytes of XML, more than the {size - 1:,} "):
+        xml.save(plan, tmp_path / "big.xml")
+    assert not (tmp_path / "big.xml").exists()
+    res = run_cli("generate", "allgather", "--gpus", "8", "-o", tmp_path / "cli.xml")
+    assert res.code == 1
+    assert res.err.count("\n") == 1
+    assert "nothing written" in res.err
+    assert not (tmp_path / "cli.xml").exists()

@@ -8,10 +8,9 @@ from pathlib import Path
 import typer
 
 from nuna.cli.common import check_outputs
-from nuna.fsutil import write_atomic
 from nuna.plan.generate import generate
 from nuna.plan.ir import Protocol
-from nuna.plan.xml import dump
+from nuna.plan.xml import save
 
 
 class _Coll(StrEnum):
@@ -58,7 +57,7 @@ def register(app: typer.Typer) -> None:
         plan = generate(collective.value, gpus, algo=algo.value, tbs_per_peer=tbs_per_peer,
                         chunks_per_peer=chunks_per_peer, channels=channels,
                         protocol=Protocol(protocol.value), inplace=inplace)
-        write_atomic(output, dump(plan))
+        save(plan, output)
         tbs = len(plan.gpus[0].threadblocks)
         steps = sum(len(tb.steps) for g in plan.gpus for tb in g.threadblocks)
         mode = "in-place" if plan.inplace else "out-of-place"

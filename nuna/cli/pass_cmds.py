@@ -17,7 +17,7 @@ from nuna.fsutil import make_folder, write_atomic
 from nuna.passes import PassContext, PlanPass, get_config
 from nuna.passes.configs import apply_choice, choose_granularity, config_names, parse_granularity
 from nuna.plan.ir import Plan
-from nuna.plan.xml import dump, load
+from nuna.plan.xml import load, save
 from nuna.topology.spec import DEFAULT_TOPOLOGY, load_topology
 from nuna.units import format_size
 
@@ -70,7 +70,7 @@ def register(app: typer.Typer) -> None:
 
         choice = choose_granularity(plan, cfg.name, ctx, granularity)
         out = apply_choice(plan, cfg.name, ctx, choice, observe=observe if print_between else None)
-        write_atomic(output, dump(out))
+        save(out, output)
         pl = out.placement
         g = "" if choice.granularity is None else f", NAR granularity {choice.granularity} ({choice.method})"
         chunks = len({(c.gpu, c.buffer, c.chunk) for c in pl.chunks})

@@ -48,7 +48,33 @@ def portable_topology(topology: str) -> str:
     (``chip.toml``). Where the file lives is no input (its bytes are hashed apart:
     :func:`point_id`), so a project moved, copied or run on another machine keeps its points'
     ids and results, and no local path lands in a result, an index or a figure."""
-    return Path(topology).name if _is_topology_path(topology) else topology
+    if not _is_topology_path(topology):
+        return topology
+    name = Path(topology).name
+    # a file without the suffix stays a path ('./chip'): bare, it would read as a shipped name
+    return name if _is_topology_path(name) else f"./{name}"
+
+
+def recorded_topology_file(record: Mapping[str, Any], folders: Sequence[str | Path]) -> str:
+    """The path of the topology file a result record names by its file name
+    (:func:`portable_topology`): the first ``folders`` entry holding a file of that name whose
+    bytes give the record's id (:func:`point_id`), so that a file edited since, or another of
+    the same name, is never taken for it. A shipped name is returned as it is. ``InputError``
+    when no folder holds it."""
+    point = record["point"]
+    topology = str(point["topology"])
+    if not _is_topology_path(topology):
+        return topology
+    name = Path(topology).name
+    for folder in folders:
+        candidate = Path(folder) / name
+        digest = topology_file_sha256(str(candidate))
+        if digest not in (None, "missing") and point_id(
+                point, str(record["point_function"]), str(record["nuna_version"]), digest) == record["id"]:
+            return str(candidate)
+    where = ", ".join(str(f) for f in folders) or "no folder"
+    raise InputError(f"result {record['id']}: topology file {name} with the bytes it was computed with "
+                     f"is not in {where}")
 
 
 #: The point function used when a spec does not name one.

@@ -62,9 +62,11 @@ def verify_plan(plan: Plan) -> None:
 
 
 #: the most chunks (over every GPU's buffers) a pipeline places. A placement pass writes an
-#: element per chunk, about 51 bytes of XML: a 2-GPU plan of 2**20 chunks per GPU took 63 s and
-#: 2.2 GB and wrote a 108 MB plan that nuna.plan.xml then refused (MAX_PLAN_BYTES, 64 MiB), and
-#: 2**26 per GPU ran out of 8 GB. Real plans hold thousands (64-GPU alltoall, 16 per peer: 131,072)
+#: element per chunk and stack, about 51 bytes of XML: a 2-GPU plan of 2**20 chunks per GPU took
+#: 63 s and 2.2 GB and wrote a 108 MB plan that nuna.plan.xml then refused (MAX_PLAN_BYTES,
+#: 64 MiB), and 2**26 per GPU ran out of 8 GB. Below this count, chunks spread over several
+#: stacks can still pass that limit: nuna.plan.xml.save then refuses to write the plan. Real
+#: plans hold thousands of chunks (64-GPU alltoall, 16 per peer: 131,072)
 MAX_PLACED_CHUNKS = 1 << 20
 
 
@@ -78,8 +80,8 @@ def check_input(plan: Plan, ctx: PassContext, *, verify_it: bool = True) -> None
     chunks = sum(g.input_chunks + g.output_chunks + g.scratch_chunks for g in plan.gpus)
     if chunks > MAX_PLACED_CHUNKS:
         raise PassError(f"plan {plan.name}: its buffers hold {chunks:,} chunks in all; the passes place at "
-                        f"most {MAX_PLACED_CHUNKS:,} (one XML element each, and a plan file holds at most "
-                        "64 MiB)")
+                        f"most {MAX_PLACED_CHUNKS:,} (an XML element or more each, and a plan file holds at "
+                        "most 64 MiB)")
     chunk_bytes_for(plan, ctx.size_bytes)
     if verify_it:
         verify_plan(plan)

@@ -668,8 +668,15 @@ def dump(plan: Plan) -> str:
 
 
 def save(plan: Plan, path: str | os.PathLike[str]) -> None:
-    """Write ``dump(plan)`` to ``path`` atomically."""
-    write_atomic(path, dump(plan))
+    """Write ``dump(plan)`` to ``path`` atomically, if :func:`load` can read it back: a plan
+    over :data:`MAX_PLAN_BYTES` is a ``PlanError`` and nothing is written (a placement of a
+    million chunks over several stacks each came to 80 MB)."""
+    text = dump(plan)
+    size = len(text.encode("utf-8"))
+    if size > MAX_PLAN_BYTES:
+        raise PlanError(f"plan {plan.name} would be {size:,} bytes of XML, more than the {MAX_PLAN_BYTES:,} "
+                        "a plan file may hold; nothing written")
+    write_atomic(path, text)
 
 
 def _attr_value(value: str, what: str) -> str:

@@ -301,7 +301,7 @@ def _key_problem(value: object, rule: _Key) -> str | None:
     elif type(value) not in (int, float):
         return f"expected a number, got {value!r}"
     number = cast(float, value)  # an int or a float (not a bool), checked just above
-    if math.isnan(number):
+    if isinstance(value, float) and math.isnan(value):  # not on an int: 10**400 has no float
         return "nan is not allowed"
     too_low = number <= rule.low if rule.low_open else number < rule.low
     if too_low or number > rule.high:

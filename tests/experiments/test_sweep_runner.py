@@ -23,7 +23,7 @@ import pytest
 from nuna.errors import InputError, UsageError
 from nuna.experiments import store
 from nuna.experiments.executors import run_tasks
-from nuna.experiments.spec import expand, point_id
+from nuna.experiments.spec import expand, point_id, portable_topology, recorded_topology_file
 from nuna.experiments.sweep import (
     SweepProgress,
     load_results,
@@ -158,6 +158,24 @@ def test_a_topology_file_is_recorded_by_its_file_name_so_a_moved_project_keeps_i
     assert inputs == {str((tmp_path / "b" / "deeper" / "t" / "chip.toml").resolve()), "nuna-4die"}
     moved = run_sweep(second, tmp_path / "fresh", jobs=1, reuse=[tmp_path / "a" / "out"])
     assert (moved.ran, moved.already_done) == (0, 4)
+    # a record finds its file again by name and bytes (scripts/headroom.py --recompute-floors)
+    record = next(r for r in records if r["point"]["topology"] == "chip.toml")
+    assert recorded_topology_file(record, [tmp_path, tmp_path / "b" / "deeper" / "t"]) == \
+        str(tmp_path / "b" / "deeper" / "t" / "chip.toml")
+    (tmp_path / "a" / "t" / "chip.toml").write_text(chip.replace("my-chip", "edited"))
+    with pytest.raises(InputError, match=r"topology file chip\.toml with the bytes it was computed with is "):
+        recorded_topology_file(record, [tmp_path / "a" / "t"])
+    shipped = next(r for r in records if r["point"]["topology"] == "nuna-4die")
+    assert recorded_topology_file(shipped, []) == "nuna-4die"
+
+
+@pytest.mark.parametrize(("given", "recorded"), [
+    ("t/chip.toml", "chip.toml"), ("/abs/t/chip.toml", "chip.toml"), ("chips/nuna-4die", "./nuna-4die"),
+    ("nuna-4die", "nuna-4die")])
+def test_a_recorded_topology_file_still_reads_as_a_file(given: str, recorded: str) -> None:
+    # 'chips/nuna-4die' recorded as 'nuna-4die' would read as the shipped topology
+    assert portable_topology(given) == recorded
+    assert portable_topology(recorded) == recorded
 
 
 def test_resume_recomputes_only_missing_and_damaged_points(
