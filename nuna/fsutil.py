@@ -4,12 +4,13 @@ their errors), and telling a file argument from a registered name."""
 
 from __future__ import annotations
 
-import contextlib
 import glob
 import os
-import socket
+import re
 import stat
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 from nuna.errors import InputError, NunaError
@@ -77,9 +78,10 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes, *, remove_left
     A symlink is followed (the file it names is replaced, the link stays); an existing file keeps
     its permission bits, a new one gets those of a plain ``open()``; a device or named pipe is
     written through, as a shell redirection would (nothing there to keep whole).
-    ``remove_leftovers``: then delete what killed writers of ``path`` left
-    (:func:`remove_dead_writers_temporaries`: a scan of the folder, 5 ms in one of 10,000 files;
-    a sweep's store, which writes thousands there and cleans its folders itself, turns it off)."""
+    The temporary is locked (``flock``) until it is renamed. ``remove_leftovers``: then delete
+    what killed writers of ``path`` left (:func:`remove_dead_writers_temporaries`: a scan of the
+    folder, 5 ms in one of 10,000 files; a sweep's store, which writes thousands there and cleans
+    its folders itself, turns it off)."""
     given = Path(path)
     check_writable(given)
     payload = data.encode("utf-8") if isinstance(data, str) else data
@@ -97,9 +99,10 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes, *, remove_left
     except FileNotFoundError:
         mode = 0o666 & ~_current_umask()
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.{_writer_tag()}.", suffix=".tmp", dir=folder)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
     except OSError as err:  # name the user's file, not the temporary one
         raise InputError(f"{given}: cannot write in {folder}: {err.strerror or err}") from err
+    lock = _lock(fd)  # held until the rename: the temporary is a live writer's
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(payload)
@@ -113,42 +116,66 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes, *, remove_left
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    finally:
+        if lock is not None:
+            os.close(lock)
     if remove_leftovers:
         remove_dead_writers_temporaries(target)
 
 
-def _writer_tag() -> str:
-    """``HOST-PID`` of this process, in its temporaries' names: a later write of the same file
-    can tell a killed writer's leftover from a live writer's file."""
-    host = "".join(ch if ch.isalnum() else "_" for ch in socket.gethostname()) or "host"
-    return f"{host}-{os.getpid()}"
+#: a temporary younger than this may be a writer's that has not locked it yet (mkstemp, then flock)
+_LEFTOVER_AFTER_S = 10.0
+
+
+def _lock(fd: int) -> int | None:
+    """A second descriptor of ``fd``'s file holding an exclusive ``flock`` on it (it outlives
+    ``fd``'s close), or None where there are no such locks (not POSIX)."""
+    if sys.platform == "win32":
+        return None
+    import fcntl
+
+    held = os.dup(fd)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)
+    except OSError:  # a file system without locks: no cleanup will take it for a leftover either
+        os.close(held)
+        return None
+    return held
 
 
 def remove_dead_writers_temporaries(target: Path) -> int:
-    """Delete the temporaries of ``target`` that a writer on this host left when it was killed
-    (SIGKILL, a crash: no ``finally`` ran) and that process is gone; return how many. A live
-    writer's temporary, another host's (a shared file system) or one of another name is kept."""
-    host = _writer_tag().rsplit("-", 1)[0]
+    """Delete the temporaries of ``target`` whose writer is gone (killed by SIGKILL or a crash:
+    no ``finally`` ran), and return how many: files named as :func:`write_atomic` names them,
+    older than :data:`_LEFTOVER_AFTER_S`, that no process holds locked (a live writer holds its
+    lock until the rename, on this host or another sharing the file system). Not where locks do
+    not exist (not POSIX)."""
+    if sys.platform == "win32":
+        return 0
+    import fcntl
+
+    # mkstemp's names: the prefix, 8 characters of [a-z0-9_], the suffix
+    pattern = re.compile(rf"\.{re.escape(target.name)}\.[a-z0-9_]{{8}}\.tmp")
     removed = 0
+    now = time.time()
     for tmp in target.parent.glob(f".{glob.escape(target.name)}.*.tmp"):
-        tag = tmp.name[len(target.name) + 2:-len(".tmp")].rsplit(".", 1)[0]  # HOST-PID
-        owner, _, pid = tag.rpartition("-")
-        if owner != host or not pid.isdigit() or _alive(int(pid)):
+        if not pattern.fullmatch(tmp.name):
             continue
-        with contextlib.suppress(OSError):
+        try:
+            fd = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or now - info.st_mtime < _LEFTOVER_AFTER_S:
+                continue
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError: its writer lives
             tmp.unlink()
             removed += 1
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (OSError, OverflowError):  # another user's process, or no pid at all: keep the file
-        return True
-    return True
 
 
 def checkout_folder(name: str) -> Path | None:

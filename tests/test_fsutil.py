@@ -4,12 +4,14 @@ reads of input files: regular files only, one wording of their errors."""
 from __future__ import annotations
 
 import errno
+import fcntl
 import io
 import os
 import signal
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -298,10 +300,11 @@ def test_a_failed_write_removes_its_temporary_and_keeps_the_old_file(
     assert target.read_bytes() == b"old\n"
 
 
-def _dead_pid() -> int:
-    child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                           text=True, check=True)
-    return int(child.stdout)
+def _age(path: Path, seconds: float = 60.0) -> Path:
+    """``path`` with its times set ``seconds`` into the past (a leftover, not a fresh file)."""
+    old = time.time() - seconds
+    os.utime(path, (old, old))
+    return path
 
 
 def test_a_killed_writers_temporary_is_removed_by_the_next_write(tmp_path: Path) -> None:
@@ -315,28 +318,55 @@ def test_a_killed_writers_temporary_is_removed_by_the_next_write(tmp_path: Path)
               "fsutil.write_atomic(sys.argv[1], 'half')\n")
     killed = subprocess.run([sys.executable, "-c", script, str(out)], check=False)
     assert killed.returncode == -signal.SIGKILL
-    left = sorted(p.name for p in tmp_path.iterdir())
-    assert len(left) == 2  # out.json and the killed writer's temporary
-    host_pid = fsutil._writer_tag().rsplit("-", 1)[0]
-    dead = _dead_pid()
-    keep = [f".out.json.{host_pid}-{os.getpid()}.live0001.tmp",  # a live writer (this process)
-            f".out.json.otherhost-{dead}.remote01.tmp",  # a writer on another host
-            ".out.json.abc12345.tmp",  # a name without a writer's tag
-            f".other.json.{host_pid}-{dead}.other001.tmp"]  # another file's
-    for name in keep:
+    (left,) = [p for p in tmp_path.iterdir() if p.name != "out.json"]  # the killed writer's temporary
+    _age(left)
+    live = tmp_path / ".out.json.live0001.tmp"  # a writer still writing holds its lock
+    live.write_text("x")
+    _age(live)
+    keep = [live.name,
+            ".out.json.fresh001.tmp",  # too young to tell from a writer about to lock it
+            ".out.json.toolong01.tmp", ".out.json.UPPER001.tmp",  # not names mkstemp gives
+            ".other.json.abcd1234.tmp"]  # another file's
+    for name in keep[2:]:
         (tmp_path / name).write_text("x")
-    (tmp_path / f".out.json.{host_pid}-{dead}.dead0001.tmp").write_text("x")
-    fsutil.write_atomic(out, "new")
+        _age(tmp_path / name)
+    (tmp_path / ".out.json.fresh001.tmp").write_text("x")
+    with open(live, "rb") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        fsutil.write_atomic(out, "new")
     assert out.read_text() == "new"
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*keep, "out.json"])
+    # once its writer is gone, the lock is too
+    fsutil.write_atomic(out, "newer")
+    assert not live.exists()
 
 
 def test_a_writer_that_cleans_up_itself_can_skip_the_scan(tmp_path: Path) -> None:
     # a sweep's store writes thousands of files in one folder and cleans it under its lock
     out = tmp_path / "r.json"
-    dead = tmp_path / f".r.json.{fsutil._writer_tag().rsplit('-', 1)[0]}-{_dead_pid()}.dead0001.tmp"
+    dead = tmp_path / ".r.json.dead0001.tmp"
     dead.write_text("x")
+    _age(dead)
     fsutil.write_atomic(out, "1", remove_leftovers=False)
     assert dead.exists()
     fsutil.write_atomic(out, "2")
     assert not dead.exists()
+
+
+def test_a_temporary_is_locked_until_its_rename(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # what tells a live writer's temporary from a leftover, on any host sharing the folder
+    seen: list[bool] = []
+    replace = os.replace
+
+    def check_then_replace(src: str, dst: object) -> None:
+        with open(src, "rb") as handle:
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                seen.append(False)
+            except BlockingIOError:
+                seen.append(True)
+        replace(src, dst)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "replace", check_then_replace)
+    fsutil.write_atomic(tmp_path / "a.json", "x")
+    assert seen == [True]
