@@ -36,7 +36,7 @@ SHARED = _shared_dir()
 PLANS_MSCCL = SHARED / "plans-msccl"
 BOOKSIM_CSV = SHARED / "reference" / "noc-reference-8x8.csv"
 
-#: set (as .ci/run does where the corpus is beside the checkout): a missing corpus is an error,
+#: set to 1 (as .ci/run does where the corpus is beside the checkout): a missing corpus is an error,
 #: not a few hundred quiet skips (the MSCCL corpus tests, the Fig 7 golden, the BookSim check)
 REQUIRE_SHARED = "NUNA_REQUIRE_SHARED"
 
@@ -47,7 +47,7 @@ def _missing_shared() -> list[Path]:
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     missing = _missing_shared()
-    if missing and os.environ.get(REQUIRE_SHARED):
+    if missing and os.environ.get(REQUIRE_SHARED) == "1":
         raise pytest.UsageError(f"{REQUIRE_SHARED} is set but the shared reference corpus is missing: "
                                 f"{', '.join(map(str, missing))} (set NUNA_SHARED to its folder)")
 

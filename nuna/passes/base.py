@@ -77,7 +77,7 @@ def check_input(plan: Plan, ctx: PassContext, *, verify_it: bool = True) -> None
     simulator's words: before, NUMA+NAR placed an 8-GPU allgather of 1000 GiB in 14 s and 0.9 GB
     of memory, and 100000 GiB ran out of memory, where the replay refuses both at once), and at
     most :data:`MAX_PLACED_CHUNKS` chunks (``PassError``)."""
-    chunks = sum(g.input_chunks + g.output_chunks + g.scratch_chunks for g in plan.gpus)
+    chunks = plan.total_chunks
     if chunks > MAX_PLACED_CHUNKS:
         raise PassError(f"plan {plan.name}: its buffers hold {chunks:,} chunks in all; the passes place at "
                         f"most {MAX_PLACED_CHUNKS:,} (an XML element or more each, and a plan file holds at "

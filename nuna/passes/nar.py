@@ -255,8 +255,12 @@ def granularity_thresholds(estimates: Sequence[GranularityEstimate], size_bytes:
     cuts = sorted({(a0 - b0) / (b1 - a1) for a0, a1, _ in lines for b0, b1, _ in lines
                    if not math.isclose(a1, b1, rel_tol=1e-12, abs_tol=0.0)
                    and 0 < (a0 - b0) / (b1 - a1) <= MAX_SIZE_BYTES})
-    # from 0 on: the winner just above 0 (equal latencies go to the smaller B), not the tie at 0
-    first = min(lines, key=lambda ln: (round(ln[0], 9), ln[1], ln[2]))[2]
+    # from 0 on: the winner just above 0 (equal latencies go to the smaller B, slopes equal as
+    # above to the smaller G, as estimate_granularity breaks ties), not the tie at 0
+    low = min(round(ln[0], 9) for ln in lines)
+    level = [ln for ln in lines if round(ln[0], 9) == low]
+    least = min(ln[1] for ln in level)
+    first = min(ln[2] for ln in level if math.isclose(ln[1], least, rel_tol=1e-12, abs_tol=0.0))
     out = [(0.0, first)]
     for x in cuts:
         w = winner(x * (1 + 1e-9) + 1e-9)

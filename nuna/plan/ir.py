@@ -195,3 +195,8 @@ class Plan:
     def coll_xml(self) -> str:
         """The ``coll`` attribute as written to XML (the file's own spelling when read)."""
         return self.coll_spelling if self.coll_spelling is not None else self.collective.value
+
+    @property
+    def total_chunks(self) -> int:
+        """Chunks in every GPU's input, output and scratch buffers together."""
+        return sum(g.input_chunks + g.output_chunks + g.scratch_chunks for g in self.gpus)

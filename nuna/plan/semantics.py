@@ -431,7 +431,7 @@ def check_semantics(plan: Plan, dag: ReplayDag) -> SemanticsResult:
     """Execute ``plan`` symbolically over ``dag`` (= ``build_dag(plan)``); prove the declared
     collective's postcondition and look for data races. Never raises on a bad plan: every
     finding is a message in the result."""
-    chunks = sum(g.input_chunks + g.output_chunks + g.scratch_chunks for g in plan.gpus)
+    chunks = plan.total_chunks
     if chunks > MAX_SEMANTIC_CHUNKS:
         return SemanticsResult((), (), (f"semantic check not run: the plan's buffers hold {chunks:,} chunks "
                                         f"in all, more than the {MAX_SEMANTIC_CHUNKS:,} it executes",))

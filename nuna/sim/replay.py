@@ -429,7 +429,7 @@ class _Prepared:
 #: ``SimOptions`` counts: (least, most). The upper bounds keep a replay's allocations and int64 byte
 #: sums in range, each far above any useful value: ``hist_bins`` per event domain (64 domains of
 #: 1 Mi bins: 512 MiB; at 1-ns bins, a millisecond of store latency), ``credit_ring`` per virtual
-#: channel (526,336 channels at 64 GPUs, 64 slots: 539 MiB), ``trace_samples`` per traced port
+#: channel (526,336 channels at 64 GPUs, 64 slots: 546 MiB), ``trace_samples`` per traced port
 #: edge, ``request_bytes`` as a packet (``fit.MAX_PACKET_BYTES``), ``element_bytes`` beyond any
 #: number type, ``issue_queue`` and ``auto_max_jobs`` as the most jobs a replay could hold.
 _OPTION_COUNTS: dict[str, tuple[int, int]] = {

@@ -194,3 +194,12 @@ def test_rounding_noise_between_equal_slopes_is_no_threshold() -> None:
     estimates = [GranularityEstimate(1, 2000.0, 2.5599999999999996 * size, 0.0),
                  GranularityEstimate(4, 1800.0, 2.56 * size, 0.0)]
     assert granularity_thresholds(estimates, size) == ((0.0, 4),)
+
+
+def test_equal_latencies_and_slopes_equal_but_for_rounding_go_to_the_smaller_granularity() -> None:
+    # as estimate_granularity ties them (its times agree to 6 digits); before, the first entry
+    # took G = 4 by a slope 4e-16 smaller
+    size = 4096
+    estimates = [GranularityEstimate(2, 10.0, 2.56 * size, 0.0),
+                 GranularityEstimate(4, 10.0, 2.5599999999999996 * size, 0.0)]
+    assert granularity_thresholds(estimates, size) == ((0.0, 2),)
