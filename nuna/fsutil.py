@@ -134,7 +134,10 @@ def _lock(fd: int) -> int | None:
         return None
     import fcntl
 
-    held = os.dup(fd)
+    try:
+        held = os.dup(fd)
+    except OSError:  # out of descriptors: write unlocked (the 10-s age still guards it a while)
+        return None
     try:
         fcntl.flock(held, fcntl.LOCK_EX)
     except OSError:  # a file system without locks: no cleanup will take it for a leftover either

@@ -140,7 +140,7 @@ def remove_stale_temporaries(out_dir: Path) -> int:
     while holding :func:`sweep_lock` (no other writer can be mid-write)."""
     removed = 0
     for folder in (out_dir, results_dir(out_dir), failures_dir(out_dir)):
-        # write_atomic's temporaries are named '.<target name>.<host>-<pid>.<random>.tmp'.
+        # write_atomic's temporaries are named '.<target name>.<random>.tmp'.
         for tmp in folder.glob(".*.json.*.tmp"):
             tmp.unlink(missing_ok=True)
             removed += 1
