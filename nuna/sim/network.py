@@ -41,7 +41,7 @@ from nuna.errors import TopologyError
 from nuna.sim import engine as eng
 from nuna.topology.geometry import ChipGeometry, PathTable, chip_geometry, pod_layout
 from nuna.topology.nodes import EDGE_CODE
-from nuna.topology.spec import RouterSpec, TopologySpec, router_value_problem
+from nuna.topology.spec import ROUTER_KEYS, RouterSpec, TopologySpec, router_value_problem
 
 I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
@@ -94,7 +94,7 @@ def router_params_problem(params: object) -> str | None:
     held to (the kernels trust them: ``vcs=0`` replayed without a word)."""
     if not isinstance(params, RouterParams):
         return f"router must be a RouterParams, got {params!r}"
-    for key in ("vcs", "vc_buffer_flits", "credit_delay_cycles", "head_setup_cycles"):
+    for key in ROUTER_KEYS:
         problem = router_value_problem(key, getattr(params, key))
         if problem is not None:
             return f"router.{key}: {problem}"

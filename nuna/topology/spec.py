@@ -310,10 +310,14 @@ def _key_problem(value: object, rule: _Key) -> str | None:
     return None
 
 
+#: the ``[router]`` table's keys, the fields :func:`router_value_problem` checks
+ROUTER_KEYS: tuple[str, ...] = tuple(_ROUTER)
+
+
 def router_value_problem(key: str, value: object) -> str | None:
-    """Why ``value`` cannot be the router parameter ``key`` (``vcs``, ``vc_buffer_flits``,
-    ``credit_delay_cycles``, ``head_setup_cycles``) under the ``[router]`` table's rule, or None:
-    the replay holds router parameters given in code to the rule a topology file's are held to."""
+    """Why ``value`` cannot be the router parameter ``key`` (one of :data:`ROUTER_KEYS`) under
+    the ``[router]`` table's rule, or None: the replay holds router parameters given in code to
+    the rule a topology file's are held to."""
     return _key_problem(value, _ROUTER[key])
 
 

@@ -46,3 +46,10 @@ def test_a_router_that_is_not_router_params_is_a_usage_error() -> None:
     with pytest.raises(UsageError, match=r"SimOptions\.router must be a RouterParams"):
         simulate(generate("allgather", 2), load_topology("nuna-4die"), 4096,
                  options=SimOptions(router="iq"))  # type: ignore[arg-type]
+
+
+def test_every_router_key_of_a_topology_file_is_a_router_params_field() -> None:
+    # router_params_problem checks RouterParams by the [router] table's keys
+    from nuna.topology.spec import ROUTER_KEYS
+
+    assert set(ROUTER_KEYS) == {f.name for f in dataclasses.fields(RouterParams)} - {"input_queued"}
