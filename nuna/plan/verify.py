@@ -273,6 +273,11 @@ def _check_header(plan: Plan, f: _Findings) -> None:
     if plan.max_bytes and plan.min_bytes > plan.max_bytes:
         f.warn(f"{at}<algo>: minBytes {plan.min_bytes} > maxBytes {plan.max_bytes}: the plan is never "
                "selected")
+    elif plan.max_bytes and plan.min_bytes == plan.max_bytes:
+        # reference §4: the old executor selects minBytes <= size < maxBytes, the current one
+        # minBytes <= size <= maxBytes, so a one-size range is the current executor's alone
+        f.note(f"{at}<algo>: minBytes = maxBytes = {plan.max_bytes}: the old MSCCL executor, whose maxBytes "
+               "is exclusive, never selects the plan (the current one selects it at exactly that size)")
     if not plan.inplace and not plan.outofplace:
         f.warn(f"{at}<algo>: inplace=0 and outofplace=0: the plan is never selected")
     if plan.coll_spelling == "reduce_scatter":

@@ -69,6 +69,9 @@ CASES = {
         (WARN, f"<algo>: name is {LONG} characters; the executors read at most {EXECUTOR_MAX_STR}"),)),
     "minBytes-above-maxBytes": (tiny(minBytes=4096, maxBytes=1024), (
         (WARN, "<algo>: minBytes 4096 > maxBytes 1024: the plan is never selected"),)),
+    "minBytes-equal-maxBytes": (tiny(minBytes=4096, maxBytes=4096), (
+        (NOTE, "<algo>: minBytes = maxBytes = 4096: the old MSCCL executor, whose maxBytes is exclusive, "
+               "never selects the plan (the current one selects it at exactly that size)"),)),
     "neither-in-nor-out-of-place": (tiny(outofplace=0), (
         (WARN, "<algo>: inplace=0 and outofplace=0: the plan is never selected"),
         (NOTE, "plan is marked neither in-place nor out-of-place; checked as out-of-place"))),
@@ -94,7 +97,7 @@ CASES = {
 CLEAN = {
     "name-at-max": tiny(name="n" * EXECUTOR_MAX_STR),
     "maxBytes-0-is-unlimited": tiny(minBytes=4096, maxBytes=0),
-    "minBytes-equal-maxBytes": tiny(minBytes=4096, maxBytes=4096),
+    "minBytes-just-below-maxBytes": tiny(minBytes=4095, maxBytes=4096),
     "in-place-only": tiny(inplace=1, outofplace=0),
     "threadblocks-at-max": tiny(extra_tbs=local_tbs(1, EXECUTOR_MAX_TBS - 1)),
     "chan-at-max": tiny(extra_tbs=local_tbs(1, 1, chan=EXECUTOR_MAX_CHANNEL)),
