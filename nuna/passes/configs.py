@@ -33,7 +33,7 @@ from nuna.passes.nap import NapPass, NapStarPass, annotate, physical_placement
 from nuna.passes.nar import GranularityEstimate, NarPass, check_granularity, estimate_granularity
 from nuna.passes.numa import NumaPass
 from nuna.passes.ua import UaPass
-from nuna.plan.ir import Plan
+from nuna.plan.ir import Placement, Plan
 from nuna.plan.verify import chunk_bytes_for
 from nuna.topology.address import nar_granularities
 
@@ -122,6 +122,14 @@ class GranularityChoice:
     placed: Plan | None = field(default=None, compare=False, repr=False)
 
 
+def unplaced(plan: Plan) -> Plan:
+    """``plan`` without the placement it carries. A configuration places and routes a plan from
+    scratch: kept, a NAR granularity left by an earlier ``+NAR`` rewrite would route a UA, NUMA,
+    NAP or NAP* placement through NAR domains (the passes without NAR leave the routing alone),
+    and a placement made for another chip would fail the input's check."""
+    return plan if plan.placement == Placement() else dataclasses.replace(plan, placement=Placement())
+
+
 def _place(plan: Plan, cfg: Config, ctx: PassContext, g: int | None, observe: Observer | None,
            check: bool) -> Plan:
     out = run_pipeline(plan, cfg.passes(g), ctx, observe=observe, check=check)
@@ -162,8 +170,10 @@ def choose_granularity(plan: Plan, name: str, ctx: PassContext, requested: Granu
     """Resolve ``requested`` for configuration ``name``: ``None`` for configurations without NAR;
     an integer is checked; ``None`` runs the size-threshold heuristic
     (:func:`nuna.passes.nar.estimate_granularity`); ``"auto"`` simulates every valid granularity
-    with :func:`nuna.sim.simulate` and keeps the fastest (ties: the coarser)."""
+    with :func:`nuna.sim.simulate` and keeps the fastest (ties: the coarser). A placement
+    ``plan`` already carries is ignored (:func:`unplaced`)."""
     cfg = get_config(name)
+    plan = unplaced(plan)
     spec = ctx.topology
     if not cfg.nar:
         if requested is not None:
@@ -207,7 +217,8 @@ def apply_config(plan: Plan, name: str, ctx: PassContext, nar_granularity: Granu
 
     ``nar_granularity``: ``None`` (the heuristic for ``+NAR`` configurations, nothing otherwise),
     an integer ``G``, or ``"auto"`` (simulate every candidate; ``seed`` goes to the simulator).
-    The result records ``config`` and ``size_bytes`` in its placement and verifies.
+    The result records ``config`` and ``size_bytes`` in its placement and verifies. The
+    placement ``plan`` carries, if any, is replaced, not built upon (:func:`unplaced`).
     """
     choice = choose_granularity(plan, name, ctx, nar_granularity, seed=seed)
     return apply_choice(plan, name, ctx, choice, observe=observe)
@@ -219,6 +230,7 @@ def apply_choice(plan: Plan, name: str, ctx: PassContext, choice: GranularityCho
     :func:`choose_granularity` for the same plan, configuration and context (for callers that
     report the choice: the heuristic's placed plan is then not placed again)."""
     cfg = get_config(name)
+    plan = unplaced(plan)
     if observe is None and choice.placed is not None:
         # the heuristic has placed the plan at G already, as the pipeline would (tested): check
         # that plan as the pipeline checks its own instead of placing it again (NUMA+NAR and

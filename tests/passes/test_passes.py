@@ -281,3 +281,29 @@ def test_a_plan_whose_ngpus_disagrees_with_its_gpus_is_refused_by_every_configur
     bad = dataclasses.replace(plan, ngpus=2)
     with pytest.raises(PlanError, match="ngpus=2 but the plan has 3 <gpu> elements"):
         apply_config(bad, config, PassContext(spec, 1 << 16))
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(first=st.sampled_from(sorted(CONFIGS)), second=st.sampled_from(sorted(CONFIGS)),
+       collective=st.sampled_from(["allgather", "alltoall"]), gpus=st.sampled_from([2, 4]))
+def test_a_configuration_replaces_the_placement_a_plan_carries(
+        spec: TopologySpec, first: str, second: str, collective: str, gpus: int) -> None:
+    # a rewritten plan rewritten again: the second configuration's placement and routing alone,
+    # as on the bare plan (a NAR granularity left by a +NAR rewrite used to route UA/NAP/NUMA)
+    plan = generate(collective, gpus, tbs_per_peer=2)
+    ctx = PassContext(spec, _size(plan))
+    placed = apply_config(plan, first, ctx)
+    again = apply_config(placed, second, ctx)
+    assert again.placement == apply_config(plan, second, ctx).placement
+    assert (again.placement.nar_granularity is None) is not CONFIGS[second].nar
+
+
+def test_a_nar_rewrite_then_ua_routes_over_every_port(spec: TopologySpec) -> None:
+    plan = generate("allgather", 4, tbs_per_peer=2)
+    ctx = PassContext(spec, _size(plan))
+    nap = apply_config(plan, "NAP+NAR", ctx)
+    assert nap.placement.nar_granularity is not None
+    choice = choose_granularity(nap, "UA", ctx)
+    for out in (apply_config(nap, "UA", ctx), apply_choice(nap, "UA", ctx, choice)):
+        assert out.placement.nar_granularity is None
+        assert out.placement == apply_config(plan, "UA", ctx).placement
