@@ -131,7 +131,7 @@ def run_sweep(
     scheduler: str | None = None,
     retry_failed: bool = False,
     progress: ProgressCallback | None = None,
-    reuse: Sequence[Path] = (),
+    reuse: Sequence[str | Path] = (),
 ) -> SweepSummary:
     """Compute every unfinished point of ``spec`` into ``out_dir`` and return the summary.
 
@@ -151,6 +151,7 @@ def run_sweep(
     folder = Path(out_dir)
     # before anything is written: a refused folder is left as it was
     store.check_output_folder(folder)
+    reuse = tuple(Path(r) for r in reuse)  # as out_dir: a path or its text
     store.check_reuse_folders(reuse, folder)
     pairs = tasks_of(spec)
     tasks = [task for task, _ in pairs]

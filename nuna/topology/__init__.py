@@ -30,6 +30,7 @@ from nuna.topology.address import (
     stacks_by_distance,
 )
 from nuna.topology.build import build_gpu, build_pod, to_graphml
+from nuna.topology.fit import placement_problems
 from nuna.topology.geometry import ChipGeometry, PathTable, PodLayout, chip_geometry, pod_layout
 from nuna.topology.latency import (
     AtomicCharacterization,
@@ -97,6 +98,7 @@ __all__ = [
     "parse_topology",
     "path_latency_ns",
     "physical_address",
+    "placement_problems",
     "pod_layout",
     "route",
     "stack_domain",

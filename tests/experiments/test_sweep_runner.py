@@ -627,6 +627,11 @@ def test_only_sweep_folders_are_reused(fake_points: str, write_spec: Callable[..
     run_sweep(spec, tmp_path / "done", jobs=1)
     (tmp_path / "done" / "index.json").unlink()
     assert run_sweep(spec, out, jobs=1, reuse=[tmp_path / "done"]).already_done == len(expand(spec))
+    # folders given as text, as out_dir may be (a str crashed the folder check)
+    assert run_sweep(spec, str(tmp_path / "again"), jobs=1,
+                     reuse=[str(tmp_path / "done")]).already_done == len(expand(spec))
+    with pytest.raises(InputError, match="no such sweep folder"):
+        run_sweep(spec, out, jobs=1, reuse=[str(tmp_path / "missing")])
 
 
 def test_load_results_reads_only_files_the_index_may_name(tmp_path: Path) -> None:
