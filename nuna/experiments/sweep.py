@@ -151,8 +151,8 @@ def run_sweep(
     folder = Path(out_dir)
     # before anything is written: a refused folder is left as it was
     store.check_output_folder(folder)
-    reuse = tuple(Path(r) for r in reuse)  # as out_dir: a path or its text
-    store.check_reuse_folders(reuse, folder)
+    reuse_folders = tuple(Path(r) for r in reuse)  # as out_dir: a path or its text
+    store.check_reuse_folders(reuse_folders, folder)
     pairs = tasks_of(spec)
     tasks = [task for task, _ in pairs]
     labels = {task.point_id: point.label() for task, point in pairs}
@@ -161,7 +161,7 @@ def run_sweep(
     store.prepare(folder)
     with store.sweep_lock(folder):
         store.remove_stale_temporaries(folder)
-        store.adopt_results(folder, tasks, reuse)
+        store.adopt_results(folder, tasks, reuse_folders)
         status, unusable = store.scan(folder, tasks)
         already_done = sum(1 for s in status.values() if s == "ok")
         to_run = [t for t in tasks if status[t.point_id] == "pending"
