@@ -10,7 +10,9 @@ import dataclasses
 import math
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+import numpy as np
 import typer
 
 from nuna.cli.common import (
@@ -20,8 +22,13 @@ from nuna.cli.common import (
     parse_size_option,
     write_json,
 )
+from nuna.errors import NunaError, UsageError
 from nuna.text import one_line
-from nuna.units import format_size
+from nuna.units import format_size, parse_size
+
+if TYPE_CHECKING:  # the simulator (numba) loads when a command needs it, not for --help
+    from nuna.plan.ir import Plan
+    from nuna.sim.result import SimResult
 
 _MESH_RE = re.compile(r"^\s*(\d+)\s*[xX]\s*(\d+)\s*$")
 
@@ -73,17 +80,63 @@ def _size(text: str) -> int:
     return parse_size_option(text)
 
 
-def _packet_bytes(text: str) -> int | str:
+def _packet_bytes(text: str | None) -> int | str | None:
+    """``--packet-bytes``: ``auto``, a size (``1024``, ``1KiB``) or, not given, None (one flit of
+    the topology)."""
+    if text is None:
+        return None
     if text.strip().lower() == "auto":
         return "auto"
     try:
-        value = int(text)
-    except ValueError:
-        raise typer.BadParameter(f"invalid packet size {text!r}: expected 'auto' or a number of "
-                                 "bytes") from None
+        value = parse_size(text)
+    except UsageError as err:
+        raise typer.BadParameter(f"invalid packet size {text!r}: expected 'auto' or a size in bytes "
+                                 f"({err})") from None
     if value <= 0:
         raise typer.BadParameter(f"invalid packet size {text!r}: must be positive")
     return value
+
+
+def _plan_warnings(plan: Plan, path: Path, size_bytes: int) -> list[str]:
+    """What a replay of ``plan`` as written times but a user would want to know: a result the
+    plan does not compute (``nuna validate``'s semantic errors; the replay times the data
+    movement all the same) and a placement made for another collective size."""
+    from nuna.plan.dag import build_dag
+    from nuna.plan.semantics import check_semantics
+
+    out = []
+    made_for = plan.placement.size_bytes
+    if made_for is not None and made_for != size_bytes and not plan.placement.is_baseline:
+        config = f"{plan.placement.config} " if plan.placement.config else ""
+        out.append(f"{path}: its {config}placement was made for {format_size(made_for)} (nuna:size) and is "
+                   f"replayed at {format_size(size_bytes)}; budgets and the NAR granularity depend on the "
+                   "size (rewrite it for this size, or give --config)")
+    try:
+        dag = build_dag(plan)
+    except NunaError:  # the replay refuses the plan, with this error
+        return out
+    errors = check_semantics(plan, dag).errors
+    if errors:
+        more = f" (and {len(errors) - 1} more: nuna validate lists them)" if len(errors) > 1 else ""
+        out.append(f"{path}: {one_line(errors[0])}{more}; the replay times the plan's data movement as "
+                   "written")
+    return out
+
+
+def _busiest_port(res: SimResult) -> tuple[float, str]:
+    """The highest busy share of an I/O port's direction over the run, and where it is
+    (`` (GPU g port p egress)``, empty when no port was busy); the lowest GPU and port, egress
+    first, on a tie."""
+    t = max(res.time_ns, 1e-9)
+    best, where = 0.0, ""
+    for direction, busy in (("egress", res.port_egress_busy_ns), ("ingress", res.port_ingress_busy_ns)):
+        if busy.size == 0:
+            continue
+        g, k = np.unravel_index(int(np.argmax(busy)), busy.shape)
+        share = float(busy[g, k] / t)
+        if share > best:
+            best, where = share, f" (GPU {g} port {k} {direction})"
+    return best, where
 
 
 def simulate(
@@ -92,8 +145,10 @@ def simulate(
                              "output buffer; allreduce: the buffer; reducescatter: input; alltoall: "
                              "per-rank buffer)."),
     topology: str = typer.Option("nuna-4die", "--topology", help="Topology name or .toml path."),
-    packet_bytes: str = typer.Option("256", "--packet-bytes", help="Packet size: 256 (one flit), a multiple "
-                                     "of the flit, or auto (larger packets for large transfers)."),
+    packet_bytes: str | None = typer.Option(
+        None, "--packet-bytes", help="Packet size: a multiple of the flit (1024, 1KiB), or auto (larger "
+        "packets for large transfers). Default: one flit of the topology (256 B on the shipped chips).",
+        show_default=False),
     seed: int = typer.Option(0, "--seed", help="Recorded in the result (the model makes no random choices)."),
     json_file: Path | None = typer.Option(None, "--json", help="Write the full result as JSON to this file."),
     trace_file: Path | None = typer.Option(None, "--trace",
@@ -127,7 +182,6 @@ def simulate(
                                      "seconds where a large replay takes minutes."),
 ) -> None:
     """Replay a plan on a pod of multi-die GPUs and report the collective's time and bandwidth."""
-    from nuna.errors import UsageError
     from nuna.plan.xml import load
     from nuna.sim.fastforward import FastForward
     from nuna.sim.replay import SimOptions, placement_bounds
@@ -168,6 +222,7 @@ def simulate(
         typer.echo(f"# {one_line(plan.name)}: {plan.collective.value}, {plan.ngpus} GPUs, {spec.name}, "
                    f"{format_size(size_bytes)}: lower bound {lower:.1f} ns, placement floor {floor:.1f} ns "
                    f"(no replay)")
+        _warn(plan, plan_file, size_bytes, config)
         return
     res = run(plan, spec, size_bytes, packet_bytes=packets, seed=seed,  # type: ignore[arg-type]
               trace=trace_file is not None, options=options)
@@ -184,12 +239,12 @@ def simulate(
     typer.echo(f"#{'(B)':>12} {'(elements)':>12} {'':>6} {'(us)':>10} {'(GB/s)':>8} {'(GB/s)':>8}")
     typer.echo(f" {size_bytes:>12} {size_bytes // 4:>12} {'float':>6} {res.time_ns / 1000:>10.2f} "
                f"{res.algbw_gbps:>8.2f} {res.busbw_gbps:>8.2f}")
-    busiest = max(float((res.port_egress_busy_ns / max(res.time_ns, 1e-9)).max(initial=0.0)),
-                  float((res.port_ingress_busy_ns / max(res.time_ns, 1e-9)).max(initial=0.0)))
+    busiest, where = _busiest_port(res)
     typer.echo(f"# {format_size(size_bytes)}: {res.time_ns:.1f} ns "
                f"(lower bound {res.lower_bound_ns:.1f} ns, placement floor {res.placement_floor_ns:.1f} ns); "
                f"remote stores: {lat.count} lines, latency mean {lat.mean_ns:.0f} p50 {lat.p50_ns:.0f} "
-               f"p99 {lat.p99_ns:.0f} max {lat.max_ns:.0f} ns; busiest I/O port {busiest * 100:.0f}% busy; "
+               f"p99 {lat.p99_ns:.0f} max {lat.max_ns:.0f} ns; "
+               f"busiest I/O port {busiest * 100:.0f}% busy{where} over the run; "
                f"{res.die_crossing_bytes} B across dies; {res.events} events in {res.wall_s:.2f} s")
     hot = res.longest_port_wait()
     if hot is not None:
@@ -207,6 +262,15 @@ def simulate(
     for note in (res.size_fit.note(), coarse_packet_note(res.packet_bytes)):
         if note is not None:
             typer.echo(f"# note: {note}")
+    _warn(plan, plan_file, size_bytes, config)
+
+
+def _warn(plan: Plan, path: Path, size_bytes: int, config: str | None) -> None:
+    """After a replay (one that fails says why itself): :func:`_plan_warnings` on stderr. Not
+    after ``--config``, which checks its input and refuses such plans."""
+    if config is None:
+        for warning in _plan_warnings(plan, path, size_bytes):
+            typer.echo(f"nuna: warning: {warning}", err=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -867,9 +867,12 @@ def _packet_bytes(value: Any, source: str) -> int | str:
     if value == AUTO:
         return AUTO
     try:
-        return _int(value, "packet size", minimum=1)
+        size = _size(value, "[fixed] packet_bytes")  # 1024 or "1KiB", as max_packet_bytes
     except UsageError as err:
         raise _fail(source, "[fixed] packet_bytes", f"{err} (or 'auto')") from None
+    if size < 1:
+        raise _fail(source, "[fixed] packet_bytes", f"the packet size must be positive, got {size} B")
+    return size
 
 
 def _check_cap(value: int) -> int:

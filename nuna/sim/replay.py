@@ -6,14 +6,15 @@ Model (``docs/simulator.md`` has the full description and its validation):
 - every threadblock runs on a CU (:mod:`nuna.sim.layout`); a step starts when its control
   predecessors are done (program order and ``depid``), a receive-type step also waits until the
   data matched to it has landed;
-- a step's bytes are cut into packets of at most ``packet_bytes`` (one 256-byte flit by
-  default); each packet is a job on the CU: load its source lines (a request to the HBM stack
-  of the page, the memory access latency, the data back over the NoC), reduce on the CU's ALU
-  for reducing steps, then store: locally into the stack holding the destination page, or
-  remotely through the I/O port the address map picks for the destination physical address,
-  the scale-up link, the switch, the remote port and the remote NoC into the remote stack
-  (direct remote stores, the model the paper evaluates; a plain ``r`` moves nothing and
-  completes when its data has landed; fused receives take their data in a receive buffer);
+- a step's bytes are cut into packets of at most ``packet_bytes`` (by default one flit of the
+  topology, 256 bytes on every shipped chip); each packet is a job on the CU: load its source
+  lines (a request to the HBM stack of the page, the memory access latency, the data back over
+  the NoC), reduce on the CU's ALU for reducing steps, then store: locally into the stack
+  holding the destination page, or remotely through the I/O port the address map picks for the
+  destination physical address, the scale-up link, the switch, the remote port and the remote
+  NoC into the remote stack (direct remote stores, the model the paper evaluates; a plain
+  ``r`` moves nothing and completes when its data has landed; fused receives take their data
+  in a receive buffer);
 - each CU keeps at most ``max_outstanding_requests_per_cu`` lines in flight; a line's slot is
   freed when its store has been written;
 - a send step completes when all its stores are written (as a fence would require).
@@ -460,12 +461,14 @@ def _check_options(opts: SimOptions) -> None:
         raise UsageError(f"SimOptions.{problem}")
 
 
-def _prepare(plan: Plan, topology_spec: TopologySpec, size_bytes: int, packet_bytes: PacketBytes,
+def _prepare(plan: Plan, topology_spec: TopologySpec, size_bytes: int, packet_bytes: PacketBytes | None,
              opts: SimOptions) -> _Prepared:
     """Everything :func:`simulate` sets up before its replay loop (errors as there)."""
     spec = topology_spec
     chip = spec.chip
     line = chip.flit_bytes
+    if packet_bytes is None:
+        packet_bytes = line
     problem = packet_problem(packet_bytes, line)
     if problem is not None:
         raise UsageError(problem)
@@ -532,7 +535,7 @@ def _prepare(plan: Plan, topology_spec: TopologySpec, size_bytes: int, packet_by
 
 
 def placement_bounds(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *,
-                     packet_bytes: PacketBytes = 256,
+                     packet_bytes: PacketBytes | None = None,
                      options: SimOptions | None = None) -> tuple[float, float]:
     """``(lower_bound_ns, placement_floor_ns)`` as :func:`simulate` reports them, without the
     replay: for a headroom study of results whose floors an older nuna computed, or before a
@@ -541,12 +544,14 @@ def placement_bounds(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *
     return pre.lower_ns, pre.floor_ns
 
 
-def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *, packet_bytes: PacketBytes = 256,
-             seed: int = 0, trace: bool = False, options: SimOptions | None = None) -> SimResult:
+def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *,
+             packet_bytes: PacketBytes | None = None, seed: int = 0, trace: bool = False,
+             options: SimOptions | None = None) -> SimResult:
     """Replay ``plan`` for a collective of ``size_bytes`` (nccl-tests convention) on a pod of
     ``plan.ngpus`` GPUs of ``topology_spec``.
 
-    ``packet_bytes``: a multiple of the flit size, or ``"auto"`` (see :func:`auto_packet_bytes`).
+    ``packet_bytes``: a multiple of the flit size, or ``"auto"`` (see :func:`auto_packet_bytes`);
+    ``None`` (the default) is one flit of the topology.
     ``seed`` is recorded in the result; the model itself makes no random choices. ``trace``
     keeps per-port byte counters over time for :func:`nuna.sim.trace.chrome_trace`. Raises
     ``UsageError`` for a bad size or packet size, ``PlanError`` for a plan without a replay DAG

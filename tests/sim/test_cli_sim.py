@@ -196,3 +196,63 @@ def test_simulate_bounds_only_gives_the_replays_bounds_without_replaying(run_cli
     assert bad.code != 0
     assert len(bad.err.strip().splitlines()) == 1
     assert not (tmp_path / "t.json").exists()
+
+
+def test_simulate_names_the_busiest_port(run_cli, plan_file: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "r.json"
+    res = run_cli("simulate", plan_file, "--size", "1MiB", "--json", out)
+    assert res.code == 0, res.err
+    ports = json.loads(out.read_text())["io_ports"]
+    share, gpu, port, direction = max((p[f"{d}_utilization"], -p["gpu"], -p["port"], d == "egress")
+                                       for p in ports for d in ("egress", "ingress"))
+    assert share > 0
+    where = f"GPU {-gpu} port {-port} {'egress' if direction else 'ingress'}"
+    assert f"busiest I/O port {share * 100:.0f}% busy ({where}) over the run;" in res.out
+
+
+def test_simulate_warns_of_a_plan_that_computes_a_wrong_result(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # steps that move no chunk: structurally sound, so replayed, but the allgather is not done
+    path = tmp_path / "cnt0.xml"
+    save(generate("allgather", 2), path)
+    path.write_text(path.read_text().replace('cnt="1"', 'cnt="0"'))
+    res = run_cli("simulate", path, "--size", "1MiB")
+    assert res.code == 0, res.err
+    assert res.err.startswith(f"nuna: warning: {path}: wrong result: gpu 0 output chunk 1")
+    assert res.err.endswith("the replay times the plan's data movement as written\n")
+    assert res.err.count("\n") == 1
+    # a configuration refuses such a plan instead (it checks its input)
+    refused = run_cli("simulate", path, "--size", "1MiB", "--config", "UA")
+    assert refused.code == 1
+    assert refused.err.startswith("nuna: error: wrong result: ")
+
+
+def test_simulate_warns_of_a_placement_made_for_another_size(run_cli, plan_file: Path,  # type: ignore[no-untyped-def]
+                                                             tmp_path: Path) -> None:
+    placed = tmp_path / "nap.xml"
+    assert run_cli("rewrite", plan_file, "-c", "NAP+NAR", "-s", "1MiB", "-o", placed).code == 0
+    same = run_cli("simulate", placed, "--size", "1MiB")
+    assert same.code == 0
+    assert same.err == ""
+    other = run_cli("simulate", placed, "--size", "4MiB")
+    assert other.code == 0
+    assert other.err == (f"nuna: warning: {placed}: its NAP+NAR placement was made for 1MiB (nuna:size) "
+                         "and is replayed at 4MiB; budgets and the NAR granularity depend on the size "
+                         "(rewrite it for this size, or give --config)\n")
+    # --config places it afresh for the size asked
+    assert run_cli("simulate", placed, "--size", "4MiB", "--config", "NAP+NAR").err == ""
+
+
+def test_simulate_packets_default_to_the_topologys_flit(run_cli, plan_file: Path,  # type: ignore[no-untyped-def]
+                                                        tmp_path: Path) -> None:
+    text = (Path(__file__).parents[2] / "nuna" / "topology" / "data" / "nuna-4die.toml").read_text()
+    assert text.count("flit_bytes = { value = 256,") == 1
+    chip = tmp_path / "flit128.toml"
+    chip.write_text(text.replace("flit_bytes = { value = 256,", "flit_bytes = { value = 128,"))
+    for topology, packet in ((chip, 128), ("nuna-4die", 256)):
+        res = run_cli("simulate", plan_file, "--size", "64KiB", "--topology", topology)
+        assert res.code == 0, res.err
+        assert f"packets of {packet} B" in res.out
+    # a size with a unit is a packet size too
+    kib = run_cli("simulate", plan_file, "--size", "64KiB", "--packet-bytes", "1KiB")
+    assert kib.code == 0
+    assert "packets of 1024 B" in kib.out
