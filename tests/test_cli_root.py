@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+from typing import Any
 
 import pytest
 import typer
@@ -115,3 +116,39 @@ def test_abort_and_ctrl_c_exit_130(run_cli, monkeypatch, error: BaseException, l
     res = run_cli("simulate", "x.xml")
     assert res.code == 130
     assert res.err == line
+
+
+def _commands() -> list[tuple[tuple[str, ...], list[str]]]:
+    """(command path, its long option names) for every command of the app (duck-typed: typer
+    vendors its own click, whose classes differ between versions)."""
+    import typer.main
+
+    from nuna.cli import app
+
+    found: list[tuple[tuple[str, ...], list[str]]] = []
+
+    def walk(cmd: Any, path: tuple[str, ...]) -> None:
+        if hasattr(cmd, "commands"):  # a group
+            for name, sub in cmd.commands.items():
+                walk(sub, (*path, name))
+            return
+        names = [o for p in cmd.params if p.param_type_name == "option"
+                 for o in (*p.opts, *p.secondary_opts) if o.startswith("--")]
+        found.append((path, names))
+
+    walk(typer.main.get_command(app), ())
+    return found
+
+
+def test_help_shows_every_option_name_whole_on_80_columns(run_cli, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    # rich's panels cut long names ("--chunks-per-p…") on 80 columns and in pipes
+    monkeypatch.setenv("COLUMNS", "80")
+    commands = _commands()
+    assert len(commands) >= 15
+    for path, names in commands:
+        res = run_cli(*path, "--help")
+        assert res.code == 0, path
+        assert "…" not in res.out, path
+        assert max(len(line) for line in res.out.splitlines()) <= 80, path
+        for name in names:
+            assert name in res.out, (path, name)

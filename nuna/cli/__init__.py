@@ -21,8 +21,10 @@ from nuna.text import one_line
 
 _Abort = typer.Abort
 try:  # recent typer vendors click; older versions raise the click package's exceptions
+    from typer._click.exceptions import NoArgsIsHelpError as _NoArgsIsHelp
     from typer._click.exceptions import UsageError as _ClickUsageError
 except ImportError:  # pragma: no cover - depends on the installed typer
+    from click.exceptions import NoArgsIsHelpError as _NoArgsIsHelp  # type: ignore[assignment,no-redef,unused-ignore]
     from click.exceptions import UsageError as _ClickUsageError  # type: ignore[assignment,no-redef,unused-ignore]
 
 app = typer.Typer(
@@ -30,6 +32,9 @@ app = typer.Typer(
     help="Simulate non-uniform network access (NUNA) in multi-die GPU scale-up systems.",
     add_completion=False,
     pretty_exceptions_enable=False,
+    # plain click help: rich panels cut option names short on 80 columns and in pipes
+    # ("--chunks-per-p…"); click wraps the help text instead and keeps every name whole
+    rich_markup_mode=None,
     no_args_is_help=True,
 )
 
@@ -63,9 +68,12 @@ def run(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         result = app(args=args, prog_name="nuna", standalone_mode=False)
+    except _NoArgsIsHelp as err:  # bare 'nuna' or 'nuna topology': the help is the message
+        print(err.format_message())
+        return 2
     except _ClickUsageError as err:
         where = err.ctx.command_path if err.ctx is not None else "nuna"
-        if not err.format_message():  # bare 'nuna': the help text was already shown
+        if not err.format_message():  # the help text was already shown
             return 2
         print(f"nuna: usage error: {one_line(err.format_message())} (see '{where} --help')", file=sys.stderr)
         return 2

@@ -39,6 +39,7 @@ from nuna.topology.spec import TopologySpec
 topology_app = typer.Typer(
     name="topology",
     help="Inspect topologies: latency spreads, pictures, GraphML export, NUNA characterization.",
+    rich_markup_mode=None,  # plain help, as the root app (nuna.cli) says why
     no_args_is_help=True,
 )
 
