@@ -81,8 +81,8 @@ def test_values_are_normalised() -> None:
     assert spec.nar_granularities == (AUTO, 4)
     assert (spec.packet_bytes, spec.seed, spec.algo) == (AUTO, 7, "ring")
     # a packet size with a unit, as max_packet_bytes and the sizes take: the same point as 1024
-    for given in ("1KiB", 1024):
-        data["fixed"] = {"packet_bytes": given}
+    for value in ("1KiB", 1024):
+        data["fixed"] = {"packet_bytes": value}
         assert parse_sweep_spec(data).packet_bytes == 1024
 
 
