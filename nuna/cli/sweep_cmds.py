@@ -19,7 +19,8 @@ from nuna.experiments.sweep import (
 
 def _report(summary: SweepSummary) -> None:
     fresh = sum(1 for f in summary.failed if f.this_run)
-    typer.echo(f"sweep {summary.name}: {summary.total} points, {summary.already_done} already done, "
+    reused = f" ({summary.adopted} copied from --reuse)" if summary.adopted else ""
+    typer.echo(f"sweep {summary.name}: {summary.total} points, {summary.already_done} already done{reused}, "
                f"{summary.ran} ran ({summary.ran - fresh} ok, {fresh} failed); "
                f"{summary.ok}/{summary.total} have results -> {summary.index_path}")
     if summary.unusable:
@@ -51,10 +52,11 @@ def sweep(
     if scheduler is not None and jobs is not None:
         raise typer.BadParameter("the cluster at --scheduler sets its workers", param_hint="--jobs")
     spec = load_sweep_spec(spec_path)
-    check_reuse_folders(reuse, out)  # before a dry run too, which would not look at them
+    check_reuse_folders(reuse, out)
     if dry_run:
-        status = sweep_status(spec, out)
-        typer.echo(f"sweep {status.name}: {status.total} points: {status.ok} done, "
+        status = sweep_status(spec, out, reuse)
+        reused = f" ({status.adopted} from --reuse)" if status.adopted else ""
+        typer.echo(f"sweep {status.name}: {status.total} points: {status.ok} done{reused}, "
                    f"{len(status.failed)} failed, {status.pending} pending")
         return
     bar = SweepProgressBar(enabled=not quiet and sys.stderr.isatty())

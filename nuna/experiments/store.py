@@ -180,20 +180,28 @@ def adopt_results(out_dir: Path, tasks: Sequence[Task], sources: Sequence[Path])
     so a point computed by another sweep (a partial grid of the same figure, say) is reused
     exactly as if this sweep had computed it. (A damaged file already in ``out_dir`` is left
     to :func:`scan`, which has it recomputed.)"""
-    others = [s for s in sources if s.resolve() != out_dir.resolve()]
     adopted = 0
+    for task, record in reusable_results(out_dir, tasks, sources):
+        write_atomic(result_path(out_dir, task.point_id), _dump(record), remove_leftovers=False)
+        failure_path(out_dir, task.point_id).unlink(missing_ok=True)
+        adopted += 1
+    return adopted
+
+
+def reusable_results(out_dir: Path, tasks: Sequence[Task], sources: Sequence[Path]
+                     ) -> Iterator[tuple[Task, dict[str, Any]]]:
+    """The tasks without a result file in ``out_dir`` whose valid result one of ``sources``
+    holds, each with that record (the first source's that has one): what
+    :func:`adopt_results` copies, read only (``nuna sweep --dry-run --reuse`` counts them)."""
+    others = [s for s in sources if s.resolve() != out_dir.resolve()]
     for task in tasks if others else ():
-        target = result_path(out_dir, task.point_id)
-        if target.exists():
+        if result_path(out_dir, task.point_id).exists():
             continue
         for source in others:
             record = read_result(source, task)
             if record is not None:
-                write_atomic(target, _dump(record), remove_leftovers=False)
-                failure_path(out_dir, task.point_id).unlink(missing_ok=True)
-                adopted += 1
+                yield task, record
                 break
-    return adopted
 
 
 def scan(out_dir: Path, tasks: Sequence[Task]) -> tuple[dict[str, Status], int]:

@@ -80,8 +80,9 @@ class FailedPoint:
 class SweepSummary:
     """The state of a sweep folder after a run (or, from :func:`sweep_status`, before one).
 
-    ``already_done`` points had results before this run; ``ran`` points were computed now;
-    ``unusable`` counts damaged or mismatching files that were found and recomputed.
+    ``already_done`` points had results before this run (``adopted`` of them copied from the
+    ``reuse`` folders); ``ran`` points were computed now; ``unusable`` counts damaged or
+    mismatching files that were found and recomputed.
     """
 
     name: str
@@ -94,6 +95,7 @@ class SweepSummary:
     failed: tuple[FailedPoint, ...]
     unusable: int
     index_path: str
+    adopted: int = 0
 
     @property
     def complete(self) -> bool:
@@ -161,7 +163,7 @@ def run_sweep(
     store.prepare(folder)
     with store.sweep_lock(folder):
         store.remove_stale_temporaries(folder)
-        store.adopt_results(folder, tasks, reuse_folders)
+        adopted = store.adopt_results(folder, tasks, reuse_folders)
         status, unusable = store.scan(folder, tasks)
         already_done = sum(1 for s in status.values() if s == "ok")
         to_run = [t for t in tasks if status[t.point_id] == "pending"
@@ -189,20 +191,28 @@ def run_sweep(
             # Also on interrupt: the index then shows what is done and what is still pending.
             store.write_index(folder, spec_json, tasks, status)
 
-    return _summary(spec, folder, tasks, labels, status, already_done, ran, unusable, new_failures)
+    return _summary(spec, folder, tasks, labels, status, already_done, ran, unusable, new_failures, adopted)
 
 
-def sweep_status(spec: SweepSpec, out_dir: str | Path) -> SweepSummary:
-    """What a run of ``spec`` into ``out_dir`` would find, without running or writing anything;
-    ``InputError`` where :func:`run_sweep` would refuse the folder."""
+def sweep_status(spec: SweepSpec, out_dir: str | Path, reuse: Sequence[str | Path] = ()) -> SweepSummary:
+    """What a run of ``spec`` into ``out_dir`` (with ``reuse`` folders, as :func:`run_sweep`
+    takes them) would find, without running or writing anything: the points it would copy
+    from ``reuse`` count as done (``adopted``). ``InputError`` where :func:`run_sweep` would
+    refuse a folder."""
     folder = Path(out_dir)
     store.check_output_folder(folder)
+    reuse_folders = tuple(Path(r) for r in reuse)
+    store.check_reuse_folders(reuse_folders, folder)
     pairs = tasks_of(spec)
     tasks = [task for task, _ in pairs]
     labels = {task.point_id: point.label() for task, point in pairs}
     status, unusable = store.scan(folder, tasks)
+    adopted = 0
+    for task, _ in store.reusable_results(folder, tasks, reuse_folders):
+        status[task.point_id] = "ok"  # the run copies it in and drops a failure record
+        adopted += 1
     done = sum(1 for s in status.values() if s == "ok")
-    return _summary(spec, folder, tasks, labels, status, done, 0, unusable, set())
+    return _summary(spec, folder, tasks, labels, status, done, 0, unusable, set(), adopted)
 
 
 def _summary(
@@ -215,6 +225,7 @@ def _summary(
     ran: int,
     unusable: int,
     new_failures: set[str],
+    adopted: int = 0,
 ) -> SweepSummary:
     failed = []
     for task in tasks:
@@ -234,4 +245,5 @@ def _summary(
         failed=tuple(failed),
         unusable=unusable,
         index_path=str(store.index_path(folder)),
+        adopted=adopted,
     )

@@ -45,10 +45,18 @@ def test_reuse_copies_results_of_another_folder(run_cli: Callable[..., Any], fak
     spec_path = write_spec()
     total = len(expand(load_sweep_spec(spec_path)))
     assert run_cli("sweep", spec_path, "-o", tmp_path / "first", "-j", "1", "-q").code == 0
+    # a dry run counts what the run will copy in (it said "0 done, N pending")
+    dry = run_cli("sweep", spec_path, "-o", tmp_path / "second", "--reuse", tmp_path / "first", "--dry-run")
+    assert dry.code == 0, dry.err
+    assert f"{total} points: {total} done ({total} from --reuse), 0 failed, 0 pending" in dry.out
+    assert not (tmp_path / "second").exists()
     again = run_cli("sweep", spec_path, "-o", tmp_path / "second", "-j", "1", "-q",
                     "--reuse", tmp_path / "first")
     assert again.code == 0, again.err
-    assert f"{total} points, {total} already done, 0 ran" in again.out
+    assert f"{total} points, {total} already done ({total} copied from --reuse), 0 ran" in again.out
+    # once copied, they are this folder's own
+    rerun = run_cli("sweep", spec_path, "-o", tmp_path / "second", "--reuse", tmp_path / "first", "--dry-run")
+    assert f"{total} points: {total} done, 0 failed, 0 pending" in rerun.out
     missing = run_cli("sweep", spec_path, "-o", tmp_path / "third", "--reuse", tmp_path / "nope")
     assert missing.code == 2
     assert not (tmp_path / "third").exists()
