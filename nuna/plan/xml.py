@@ -23,7 +23,12 @@ Conventions of the reader (reference ``msccl-xml.md`` §2-§3, §12):
   listed in ``Plan.defaulted``; :func:`nuna.plan.verify.verify` reports them as a warning.
   An absent ``name`` reads as ``""`` and is listed too.
 * Unknown elements and attributes are skipped (as the executors do) with a warning recorded in
-  :class:`SourceMap`; text content and comments are ignored. Line numbers live only in the
+  :class:`SourceMap`; text content and comments are ignored.
+* What lxml reads but the executors' hand-written parser rejects (§2) is a warning in
+  :class:`SourceMap` too, found on the raw text outside comments: an XML declaration, a tab
+  between elements, a line break or tab inside a start tag, a single-quoted attribute value,
+  and extra spaces between attributes (empty attributes to the executors) that push one past
+  the 16th. Line numbers live only in the
   :class:`SourceMap`, never in the IR.
 * The reader is an lxml parser *target* (no tree is built): a 64-GPU plan with 1,008
   threadblocks per GPU reads in about a second. Identical ``<step>`` elements yield one shared
@@ -45,6 +50,7 @@ from __future__ import annotations
 import os
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -198,6 +204,7 @@ def loads_with_source(text: str | bytes, name: str = "<string>") -> tuple[Plan, 
         raise InputError(f"{name}: no <algo> element")
     warnings = ([f"{name}:1: the XML declaration <?xml ...?> makes both MSCCL executors reject the file"]
                 if decl else [])
+    warnings += _lexical_warnings(body, name)
     return plan, reader.source_map(plan, warnings)
 
 
@@ -219,6 +226,140 @@ def _screen(data: bytes, name: str) -> tuple[bytes, bool]:
                          "(refused to avoid entity expansion and external file or network access)")
     body = data[3:] if data.startswith(b"\xef\xbb\xbf") else data
     return body, text.lstrip().startswith("<?xml")
+
+
+# --------------------------------------------------------------------------------------------
+# the executors' lexical rules (reference §2)
+#
+# Both executors read plans with a hand-written parser (``mscclXmlGetNode`` and friends) that
+# accepts less than XML: between elements only spaces, \n and \r; inside a start tag the
+# attributes are read while the character after the previous one is a space (``while (c ==
+# ' ')``), so a line break or tab there fails with "expected >"; a value opened with ' is read up
+# to the next "; and every space beyond the one that separates two attributes is read as an
+# empty attribute that takes one of the 16 slots (MAX_ATTR_COUNT), so attributes past the 16th
+# token are ignored. lxml accepts all of these, so they are found on the raw text, after lxml
+# has checked that it is well formed.
+
+# what the lexical scan reports, by kind, in report order (each message follows ``file:line: ``)
+_LEX_MESSAGES = {
+    "tab": "a tab between elements makes both MSCCL executors reject the file",
+    "break": "a line break or tab inside the start tag <{0} ...> makes both MSCCL executors reject the file",
+    "squote": "the single-quoted attribute value {0}='...' makes both MSCCL executors reject the file",
+    "spaces": ("extra spaces between the attributes of <{0} ...> make both MSCCL executors ignore the "
+               "attributes beyond the 16th ({1}): each extra space counts as an empty attribute"),
+}
+_EXECUTOR_MAX_ATTRS = 16
+# a line break not right after '>'
+_LINE_END_RE = re.compile(rb"\n(?<!>\n)")
+# a run of two or more spaces that is not indentation (not after a line break or another space)
+_INNER_SPACES_RE = re.compile(rb"  (?<![\n ]  )")
+# markup of a well-formed document in order: comments, CDATA sections, processing instructions,
+# end tags, start tags (whose quoted values may hold '>'); the text between matches is content
+_LEX_TOKEN_RE = re.compile(
+    rb"<!--.*?-->|<!\[CDATA\[.*?\]\]>|<\?.*?\?>|</[^>]*+>"
+    rb"|<[^>\"']*+(?:(?:\"[^\"]*+\"|'[^']*+')[^>\"']*+)*+>",
+    re.DOTALL)
+# one start tag: its quoted values, and the stretches outside them
+_TAG_PART_RE = re.compile(rb"\"[^\"]*+\"|'[^']*+'|[^\"']++")
+_TAG_BREAK_RE = re.compile(rb"[\t\n\r]")
+# a start tag the executors read attribute by attribute: spaces only, double quotes, no spaces
+# around '='; group 1 is the name, group 2 the attributes
+_PLAIN_TAG_RE = re.compile(rb"<([^\s/>]++)((?: ++[^\s=\"']++=\"[^\"]*+\")*+) *+/?>")
+_PLAIN_ATTR_RE = re.compile(rb"( ++)([^\s=\"']++)=\"[^\"]*+\"")
+
+
+def _lexical_warnings(body: bytes, name: str) -> list[str]:
+    """Warnings for what the executors' hand-written parser rejects although lxml reads it
+    (see above): ``file:line: <what> ...`` with the line of the first occurrence and, if there
+    are several, ``(and N more like it)``. Text inside comments, CDATA and processing
+    instructions is never looked at. Linear in the size of ``body``."""
+    if not _lexical_scan_needed(body):
+        return []
+    first: dict[str, tuple[int, str]] = {}  # kind -> (offset, message)
+    counts: Counter[str] = Counter()
+
+    def found(kind: str, offset: int, *args: str) -> None:
+        counts[kind] += 1
+        if kind not in first:
+            first[kind] = (offset, _LEX_MESSAGES[kind].format(*args))
+
+    has_tab = b"\t" in body
+    pos = 0
+    for m in _LEX_TOKEN_RE.finditer(body):
+        start, end = m.span()
+        if has_tab and start > pos:
+            tab = body.find(b"\t", pos, start)
+            if tab >= 0:
+                found("tab", tab)
+        pos = end
+        if body[start + 1] in b"!?/":  # comment, CDATA, processing instruction, end tag
+            continue
+        tag = m.group()
+        if b"\t" in tag or b"\n" in tag or b"\r" in tag or b"'" in tag or b"  " in tag:
+            _check_start_tag(tag, start, found)
+    if has_tab and pos < len(body):
+        tab = body.find(b"\t", pos)
+        if tab >= 0:
+            found("tab", tab)
+    out = []
+    for kind in _LEX_MESSAGES:
+        if kind in first:
+            offset, msg = first[kind]
+            more = counts[kind] - 1
+            line = body.count(b"\n", 0, offset) + 1
+            out.append(f"{name}:{line}: {msg}" + (f" (and {more} more like it)" if more else ""))
+    return out
+
+
+def _lexical_scan_needed(body: bytes) -> bool:
+    """Whether ``body`` may break a lexical rule at all: it has a tab, a carriage return or a
+    single quote, a line that does not end with '>' (a start tag may span lines), or a run of
+    spaces that is not indentation. Plans as msccl-tools and :func:`dump` write them have none
+    of these (unless a name holds a quote, say), and the searches take about 2 ms on a 2 MB
+    plan where the full scan takes about 20 ms."""
+    return (b"\t" in body or b"\r" in body or b"'" in body or _LINE_END_RE.search(body) is not None
+            or _INNER_SPACES_RE.search(body) is not None)
+
+
+def _check_start_tag(tag: bytes, start: int, found: Callable[..., None]) -> None:
+    """Report the lexical findings of one start tag (``tag`` begins at offset ``start``):
+    at most one line break or tab, every single-quoted value, and, if neither, attributes
+    pushed past the 16th slot by extra spaces."""
+    label = _clip(tag[1:].split(None, 1)[0].rstrip(b"/>").decode("utf-8", "replace"))
+    broken = quoted = False
+    outside = b""  # the latest stretch outside values: it ends with the next value's name
+    for part in _TAG_PART_RE.finditer(tag):
+        text = part.group()
+        if text[:1] == b'"':
+            continue
+        if text[:1] == b"'":
+            attr = outside.rstrip(b" \t\n\r=").rsplit(None, 1)[-1:] or [b""]
+            found("squote", start + part.start(), _clip(attr[0].decode("utf-8", "replace")))
+            quoted = True
+            continue
+        outside = text
+        if not broken:
+            ws = _TAG_BREAK_RE.search(text)
+            if ws is not None:
+                found("break", start + part.start() + ws.start(), label)
+                broken = True
+    if broken or quoted or b"  " not in tag:
+        return
+    plain = _PLAIN_TAG_RE.fullmatch(tag)
+    if plain is None:  # spaces around '=': rejected too, but not one of the rules checked here
+        return
+    slot = 0
+    beyond: list[str] = []
+    count = 0
+    for a in _PLAIN_ATTR_RE.finditer(plain.group(2)):
+        count += 1
+        slot += len(a.group(1))  # each space starts one token of the executors' reader
+        if slot > _EXECUTOR_MAX_ATTRS:
+            beyond.append(_clip(a.group(2).decode("utf-8", "replace")))
+    # with more than 16 real attributes the reader's own warning (check_attrs) applies
+    if beyond and count <= _EXECUTOR_MAX_ATTRS:
+        shown = ", ".join(beyond[:3]) + (", ..." if len(beyond) > 3 else "")
+        found("spaces", start, label, shown)
 
 
 # start tags in document order, skipping comments, CDATA and processing instructions; for a
