@@ -118,6 +118,22 @@ def test_abort_and_ctrl_c_exit_130(run_cli, monkeypatch, error: BaseException, l
     assert res.err == line
 
 
+def test_ctrl_c_inside_a_command_says_so(run_cli, monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # the test above replaces the app; inside a real command typer catches the interrupt
+    # itself and used to end it with 130 and no word
+    import nuna.plan.xml
+
+    def interrupted(*_: object, **__: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(nuna.plan.xml, "load", interrupted)
+    plan = tmp_path / "p.xml"
+    plan.write_text("<algo/>")
+    res = run_cli("simulate", plan, "--size", "1MiB")
+    assert res.code == 130
+    assert res.err == "nuna: interrupted\n"
+
+
 def _commands() -> list[tuple[tuple[str, ...], list[str]]]:
     """(command path, its long option names) for every command of the app (duck-typed: typer
     vendors its own click, whose classes differ between versions)."""

@@ -103,6 +103,8 @@ def run(argv: Sequence[str] | None = None) -> int:
         print(f"nuna: internal error: {type(err).__name__}: {one_line(str(err))} "
               "(set NUNA_DEBUG=1 for a traceback)", file=sys.stderr)
         return 3
+    if result == 130:  # Ctrl-C inside a command: typer turns it into a silent Exit(130)
+        print("nuna: interrupted", file=sys.stderr)
     return int(result) if isinstance(result, int) else 0
 
 
