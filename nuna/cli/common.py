@@ -3,17 +3,18 @@ and the sweeps' progress bar)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 import typer
 
-from nuna.errors import UsageError
+from nuna.errors import PlanError, UsageError
 from nuna.experiments.sweep import SweepProgress
 from nuna.fsutil import check_writable, write_atomic
 from nuna.topology.spec import is_topology_path
@@ -129,3 +130,17 @@ def write_json(path: Path, payload: Any) -> None:
 
 def echo_json(payload: Any) -> None:
     typer.echo(json.dumps(payload, indent=2, sort_keys=True))
+
+
+@contextlib.contextmanager
+def naming_the_plan(path: Path) -> Iterator[None]:
+    """Prefix a ``PlanError`` raised inside with the plan's file name, as ``nuna validate``
+    names its findings: the library checks a plan, not a file (``gpu 0 tb 0 step 0: depid 5
+    names no threadblock`` told a user of several plans nothing about which one)."""
+    try:
+        yield
+    except PlanError as err:
+        if str(err).startswith(f"{path}:"):
+            raise
+        raise PlanError(f"{path}: {err}") from None
+

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import typer
 
-from nuna.cli.common import check_outputs, parse_size_option, write_json
+from nuna.cli.common import check_outputs, naming_the_plan, parse_size_option, write_json
 from nuna.fsutil import make_folder, write_atomic
 from nuna.passes import PassContext, PlanPass, get_config
 from nuna.passes.configs import apply_choice, choose_granularity, config_names, parse_granularity
@@ -68,8 +68,9 @@ def register(app: typer.Typer) -> None:
             print(f"after {p.name}: nar={pl.nar_granularity} threadblocks={len(pl.threadblocks)} "
                   f"chunks={len(pl.chunks)}", file=sys.stderr)
 
-        choice = choose_granularity(plan, cfg.name, ctx, granularity)
-        out = apply_choice(plan, cfg.name, ctx, choice, observe=observe if print_between else None)
+        with naming_the_plan(plan_path):
+            choice = choose_granularity(plan, cfg.name, ctx, granularity)
+            out = apply_choice(plan, cfg.name, ctx, choice, observe=observe if print_between else None)
         save(out, output)
         pl = out.placement
         g = "" if choice.granularity is None else f", NAR granularity {choice.granularity} ({choice.method})"
@@ -99,7 +100,8 @@ def register(app: typer.Typer) -> None:
         plan = load(plan_path)
         size_bytes = _size(size)
         assert size_bytes is not None
-        comparison = compare(plan, spec, size_bytes, names, parse_granularity(nar_granularity), seed=seed)
+        with naming_the_plan(plan_path):
+            comparison = compare(plan, spec, size_bytes, names, parse_granularity(nar_granularity), seed=seed)
         if json_path is not None:  # before printing: a closed pipe must not cost the result
             write_json(json_path, comparison.to_json())
         typer.echo(format_comparison(comparison))

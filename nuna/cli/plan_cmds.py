@@ -46,7 +46,9 @@ def _validate_one(path: Path, strict: bool,
     if spec is not None:
         from nuna.topology.fit import placement_problems
 
-        report = dataclasses.replace(report, errors=report.errors + placement_problems(plan, spec))
+        # named by file, as verify's findings are: several plans may be checked at once
+        problems = tuple(f"{path}: {p}" for p in placement_problems(plan, spec))
+        report = dataclasses.replace(report, errors=report.errors + problems)
     s = summarize(plan)
     return report, {"collective": s.collective, "ngpus": s.ngpus, "threadblocks": sum(s.threadblocks_per_gpu),
                     "steps": s.total_steps}
@@ -57,7 +59,7 @@ def validate(
     json_out: bool = typer.Option(False, "--json", help="Print a structured report of every plan."),
     strict: bool = typer.Option(False, "--strict", help="Treat every warning (races, executor limits, "
                                 "defaulted attributes) as an error."),
-    topology: str | None = typer.Option(None, "--topology", help="Also check the placement annotations "
+    topology: str | None = typer.Option(None, "--topology", "-t", help="Also check the placement annotations "
                                         "against this chip (name or .toml path): CUs, HBM stacks, NAR "
                                         "granularity."),
 ) -> None:
@@ -94,8 +96,8 @@ def validate(
 
 def info(
     plan_path: Path = typer.Argument(..., metavar="PLAN", help="Plan file (MSCCL XML).", show_default=False),
-    size: str | None = typer.Option(None, "--size", help="Collective size (100kB, 1MB, 1GiB, ...): also show "
-                                    "the bytes each GPU sends and receives."),
+    size: str | None = typer.Option(None, "--size", "-s", help="Collective size (100kB, 1MB, 1GiB, ...): "
+                                    "also show the bytes each GPU sends and receives."),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Summarize a plan: collective, GPUs, threadblocks, steps by type, chunks, traffic."""

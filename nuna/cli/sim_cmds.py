@@ -19,6 +19,7 @@ from nuna.cli.common import (
     LINE_SETUPS_HELP,
     LineSetups,
     check_outputs,
+    naming_the_plan,
     parse_size_option,
     write_json,
 )
@@ -141,10 +142,10 @@ def _busiest_port(res: SimResult) -> tuple[float, str]:
 
 def simulate(
     plan_file: Path = typer.Argument(..., help="Plan file (MSCCL XML).", show_default=False),
-    size: str = typer.Option(..., "--size", help="Collective size, nccl-tests convention (allgather: "
+    size: str = typer.Option(..., "--size", "-s", help="Collective size, nccl-tests convention (allgather: "
                              "output buffer; allreduce: the buffer; reducescatter: input; alltoall: "
                              "per-rank buffer)."),
-    topology: str = typer.Option("nuna-4die", "--topology", help="Topology name or .toml path."),
+    topology: str = typer.Option("nuna-4die", "--topology", "-t", help="Topology name or .toml path."),
     packet_bytes: str | None = typer.Option(
         None, "--packet-bytes", help="Packet size: a multiple of the flit (1024, 1KiB), or auto (larger "
         "packets for large transfers). Default: one flit of the topology (256 B on the shipped chips).",
@@ -153,9 +154,10 @@ def simulate(
     json_file: Path | None = typer.Option(None, "--json", help="Write the full result as JSON to this file."),
     trace_file: Path | None = typer.Option(None, "--trace",
                                            help="Write a Chrome/Perfetto trace to this file."),
-    config: str | None = typer.Option(None, "--config", help="Rewrite the plan with a named configuration "
-                                      "first (UA, UA+NAR, NUMA, NUMA+NAR, NAP, NAP+NAR, NAP*, NAP*+NAR)."),
-    nar_granularity: str | None = typer.Option(None, "--nar-granularity",
+    config: str | None = typer.Option(None, "--config", "-c", help="Rewrite the plan with a named "
+                                      "configuration first (UA, UA+NAR, NUMA, NUMA+NAR, NAP, NAP+NAR, NAP*, "
+                                      "NAP*+NAR)."),
+    nar_granularity: str | None = typer.Option(None, "--nar-granularity", "-g",
                                                help="With --config: NAR granularity G or auto."),
     windowed: bool | None = typer.Option(None, "--windowed/--one-queue", help="One event queue per GPU, run "
                                          "in windows of the shortest cross-GPU latency (the same model, "
@@ -210,12 +212,15 @@ def simulate(
         from nuna.passes.base import PassContext
         from nuna.passes.configs import parse_granularity
 
-        plan = apply_config(plan, config, PassContext(spec, size_bytes), parse_granularity(nar_granularity))
+        with naming_the_plan(plan_file):
+            ctx = PassContext(spec, size_bytes)
+            plan = apply_config(plan, config, ctx, parse_granularity(nar_granularity))
     if bounds_only:
         if trace_file is not None:
             raise UsageError("--bounds-only replays nothing, so it has no --trace")
-        lower, floor = placement_bounds(plan, spec, size_bytes, packet_bytes=packets,  # type: ignore[arg-type]
-                                        options=options)
+        with naming_the_plan(plan_file):
+            lower, floor = placement_bounds(plan, spec, size_bytes, packet_bytes=packets,  # type: ignore[arg-type]
+                                            options=options)
         if json_file is not None:
             write_json(json_file, {"plan": plan.name, "topology": spec.name, "size_bytes": size_bytes,
                                    "lower_bound_ns": lower, "placement_floor_ns": floor})
@@ -224,8 +229,9 @@ def simulate(
                    f"(no replay)")
         _warn(plan, plan_file, size_bytes, config)
         return
-    res = run(plan, spec, size_bytes, packet_bytes=packets, seed=seed,  # type: ignore[arg-type]
-              trace=trace_file is not None, options=options)
+    with naming_the_plan(plan_file):
+        res = run(plan, spec, size_bytes, packet_bytes=packets, seed=seed,  # type: ignore[arg-type]
+                  trace=trace_file is not None, options=options)
     # the files first: the summary goes to a pipe that may close early (| head), and a closed
     # pipe must not cost the user a replay's result
     if json_file is not None:

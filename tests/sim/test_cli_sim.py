@@ -223,7 +223,7 @@ def test_simulate_warns_of_a_plan_that_computes_a_wrong_result(run_cli, tmp_path
     # a configuration refuses such a plan instead (it checks its input)
     refused = run_cli("simulate", path, "--size", "1MiB", "--config", "UA")
     assert refused.code == 1
-    assert refused.err.startswith("nuna: error: wrong result: ")
+    assert refused.err.startswith(f"nuna: error: {path}: wrong result: ")
 
 
 def test_simulate_warns_of_a_placement_made_for_another_size(run_cli, plan_file: Path,  # type: ignore[no-untyped-def]
@@ -256,3 +256,25 @@ def test_simulate_packets_default_to_the_topologys_flit(run_cli, plan_file: Path
     kib = run_cli("simulate", plan_file, "--size", "64KiB", "--packet-bytes", "1KiB")
     assert kib.code == 0
     assert "packets of 1024 B" in kib.out
+
+
+@pytest.mark.parametrize("command", [
+    ("simulate", "--size", "1MiB"),
+    ("simulate", "--size", "1MiB", "--bounds-only"),
+    ("simulate", "-s", "1MiB", "-c", "UA"),
+    ("rewrite", "-c", "NAP+NAR", "-o", "out.xml"),
+    ("diff", "-s", "1MiB"),
+])
+def test_a_plan_error_names_the_file(run_cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+                                     command: tuple[str, ...]) -> None:
+    # a dependency on a threadblock that does not exist: the library says where in the plan,
+    # the command which file (validate named it; simulate, rewrite and diff did not)
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "dangling.xml"
+    save(generate("allgather", 2), path)
+    path.write_text(path.read_text().replace('depid="-1" deps="-1"', 'depid="5" deps="0"'))
+    res = run_cli(command[0], path, *command[1:])
+    assert res.code == 1
+    assert res.err.startswith(f"nuna: error: {path}: gpu 0 tb 0 step 0: depid 5 names no threadblock")
+    assert res.err.count("\n") == 1
+    assert not (tmp_path / "out.xml").exists()

@@ -78,6 +78,7 @@ def test_cli_validate_checks_the_placement_against_a_topology(run_cli, tmp_path:
     assert small.out.startswith(f"{path}: invalid (2 errors")
     assert small.err.count("\n") == 2
     assert "on a CU that mi300x-like does not have" in small.err
+    assert all(line.startswith(f"nuna: error: {path}: placement: ") for line in small.err.splitlines())
     report = json.loads(run_cli("validate", str(path), "--topology", "mi300x-like", "--json").out)
     assert report["topology"] == "mi300x-like"
     assert not report["ok"]
