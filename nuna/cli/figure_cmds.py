@@ -23,8 +23,9 @@ def figure(
     jobs: int | None = typer.Option(None, "--jobs", "-j", min=1,
                                     help="Worker processes (default: all cores)."),
     quick: bool = typer.Option(False, "--quick",
-                               help="Reduced grid (smallest pod and size): seconds, for CI. "
-                                    "--gpus, --sizes and --tbs-per-peer, when given, are kept."),
+                               help="Reduced grid, a smoke test in seconds (for CI): a 2-GPU pod at "
+                                    "100 kB (fig12: 100 kB and 1 MB), whatever the figure's own pods and "
+                                    "sizes; --gpus, --sizes and --tbs-per-peer, when given, are kept."),
     spec_dir: Path | None = typer.Option(None, "--spec-dir",
                                          help="Folder of figN.toml sweep specs (default: scripts/sweeps, "
                                               "or the copies installed with nuna)."),

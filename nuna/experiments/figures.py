@@ -368,6 +368,9 @@ def figure_data(name: str, records: Sequence[Mapping[str, Any]]) -> dict[str, An
     data: dict[str, Any] = {"figure": name, "points": len(records),
                             "topologies": sorted({r["point"].get("topology") or DEFAULT_TOPOLOGY
                                                   for r in records})}
+    # what each topology calls itself (its file's name = ...), which titles show: a file is
+    # recorded by its file name, which need not be the chip's name
+    data["topology_names"] = {t: _topology_name(t, records) for t in data["topologies"]}
     # points whose plan an executor would not run at their size (results before nuna recorded
     # it have no flag and are not counted); the key appears only when there are any
     unselectable = sum(1 for r in records if r["result"].get("msccl_selectable") is False)
@@ -388,12 +391,19 @@ def figure_data(name: str, records: Sequence[Mapping[str, Any]]) -> dict[str, An
             row["relative_time"] = row["time_ns"] / ua_alone if ua_alone else None
     data["rows"] = rows
     data["coarse_packet_bytes"] = COARSE_PACKET_BYTES
-    coarse = sum(1 for row in rows if _coarse(row))
-    if coarse:
-        data["coarse_rows"] = coarse
+    data["coarse_rows"] = sum(1 for row in rows if _coarse(row))
     if name in _CEILING_FIGURES:
         data["ceilings"] = _ceilings(records, pairs)
     return data
+
+
+def _topology_name(recorded: str, records: Sequence[Mapping[str, Any]]) -> str:
+    """The name the results of topology ``recorded`` (as points record it) give their chip,
+    else the file's stem (results of a nuna that did not record it)."""
+    for r in records:
+        if (r["point"].get("topology") or DEFAULT_TOPOLOGY) == recorded and r["result"].get("topology"):
+            return str(r["result"]["topology"])
+    return Path(recorded).stem if is_topology_path(recorded) else recorded
 
 
 def _coarse(row: Mapping[str, Any]) -> bool:
@@ -633,7 +643,7 @@ def _render_fig13(fig: Figure, data: Mapping[str, Any]) -> None:
         ax.set_xticks(range(len(grans)), [str(g) for g in grans])
         ax.set_xlabel("NAR granularity (number of NAR domains)")
         if topology is not None and len(topologies) > 1:
-            ax.set_title(str(topology), fontsize=8)
+            ax.set_title(_shown_topology(data, str(topology)), fontsize=8)
         _legend(ax, fontsize=7)
     axes[0].set_ylabel("UA+NAR speedup over UA")
     # headroom above the tallest bar for the legends (the panels share the axis)
@@ -668,6 +678,13 @@ _RENDERERS: dict[str, tuple[Callable[[Figure, Mapping[str, Any]], None], tuple[f
 }
 
 
+def _shown_topology(data: Mapping[str, Any], recorded: str) -> str:
+    """How a figure names topology ``recorded``: by the chip's own name (figure data written
+    before ``topology_names`` existed have none: the file's stem)."""
+    name = data.get("topology_names", {}).get(recorded)
+    return str(name) if name else (Path(recorded).stem if is_topology_path(recorded) else recorded)
+
+
 def render(name: str, data: Mapping[str, Any]) -> Figure:
     """Figure ``name`` drawn from :func:`figure_data`'s numbers (no pyplot: no global figure)."""
     from matplotlib.figure import Figure
@@ -678,8 +695,7 @@ def render(name: str, data: Mapping[str, Any]) -> Figure:
     machines = data.get("topologies", [])
     if len(machines) == 1 and machines[0] != DEFAULT_TOPOLOGY and fig.get_suptitle():
         # a figure of another machine says so (figures with a panel per topology title them)
-        shown = Path(machines[0]).stem if is_topology_path(machines[0]) else machines[0]
-        fig.suptitle(f"{fig.get_suptitle()}\non {shown}")
+        fig.suptitle(f"{fig.get_suptitle()}\non {_shown_topology(data, machines[0])}")
     return fig
 
 
