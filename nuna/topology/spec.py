@@ -410,6 +410,19 @@ def default_topology() -> TopologySpec:
 _ONE_LINE = "one line of printable text (no newline, tab or control character)"
 
 
+
+def _entry_problem(item: Any) -> str:
+    """What a ``{ value, source }`` entry lacks or has too many of, for the error (a bare value
+    or a missing ``source`` only said what was expected: every number says where it comes from)."""
+    if not isinstance(item, dict):
+        return f" (got a bare {type(item).__name__}: say where the value comes from in source)"
+    missing = [k for k in ("value", "source") if k not in item]
+    extra = sorted(set(item) - {"value", "source"})
+    parts = ([f"missing {' and '.join(missing)}"] if missing else []) + (
+        [f"unknown key{'s' if len(extra) > 1 else ''} {', '.join(extra)}"] if extra else [])
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
 class _Parser:
     """Validation state of one file: where it is and the source notes collected so far."""
 
@@ -463,7 +476,7 @@ class _Parser:
             raise self.fail(dotted, "missing key")
         item = table[key]
         if not isinstance(item, dict) or set(item) != {"value", "source"}:
-            raise self.fail(dotted, 'expected { value = ..., source = "..." }')
+            raise self.fail(dotted, 'expected { value = ..., source = "..." }' + _entry_problem(item))
         source = item["source"]
         if not isinstance(source, str) or not source.strip():
             raise self.fail(dotted, "source must be a non-empty string")
