@@ -114,6 +114,8 @@ def test_a_closed_pipe_does_not_lose_the_demo(run_cli, tmp_path: Path,  # type: 
     (("diff", "{plan}", "--size", "4KiB", "--configs", "UA,NAP", "-g", "2"),
      "none of UA, NAP routes with NAR"),
     (("diff", "{plan}", "--size", "4KiB", "--configs", "UA,,NAP"), "an empty configuration name"),
+    (("diff", "{plan}", "--size", "4KiB", "--configs", "UA,NAP,ua"),
+     "configuration UA given twice in 'UA,NAP,ua'"),
     (("diff", "{plan}", "--size", "4KiB", "--configs", "UA,NAP+NAR", "-g", "5"),
      "NAR granularity 5 is not valid"),
 ])

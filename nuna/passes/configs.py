@@ -241,10 +241,15 @@ def apply_choice(plan: Plan, name: str, ctx: PassContext, choice: GranularityCho
 
 
 def config_names(text: str | Sequence[str]) -> tuple[str, ...]:
-    """Canonical names from ``'UA,NAP+NAR'`` or a list; ``UsageError`` on an unknown one."""
+    """Canonical names from ``'UA,NAP+NAR'`` or a list; ``UsageError`` on an unknown one or one
+    given twice (``UA,ua`` too)."""
     items = text.split(",") if isinstance(text, str) else list(text)
     if not any(item.strip() for item in items):
         raise UsageError("no configuration given")
     if not all(item.strip() for item in items):  # 'UA,,NAP': a name left out, not nothing
         raise UsageError(f"an empty configuration name in {','.join(items)!r}")
-    return tuple(get_config(item).name for item in items)
+    names = tuple(get_config(item).name for item in items)
+    twice = sorted({n for n in names if names.count(n) > 1}, key=names.index)
+    if twice:  # the same replay twice, and two identical rows
+        raise UsageError(f"configuration {', '.join(twice)} given twice in {','.join(items)!r}")
+    return names
