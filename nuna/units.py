@@ -31,7 +31,9 @@ _SIZE_UNITS: dict[str, int] = {
 MAX_SIZE_BYTES = 2**60
 
 _MAX_SIZE_TEXT = 64
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$", re.ASCII)  # "٣" is no size
+# a number (decimal, or with a short exponent: "1e6"; e99 is far past any size and keeps the
+# exact arithmetic below small) and an optional unit; re.ASCII: "٣" is no size
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?(?:[eE]\+?\d{1,2})?)\s*([a-zA-Z]*)\s*$", re.ASCII)
 
 
 def check_size_bytes(size_bytes: object) -> int:
@@ -48,7 +50,8 @@ def check_size_bytes(size_bytes: object) -> int:
 
 
 def parse_size(text: str) -> int:
-    """Parse ``'100kB'``, ``'1MiB'``, ``'4096'`` into bytes; raise ``UsageError`` otherwise."""
+    """Parse ``'100kB'``, ``'1MiB'``, ``'4096'``, ``'1e6'`` into bytes; raise ``UsageError``
+    otherwise."""
     if len(text) > _MAX_SIZE_TEXT:  # no size needs more; Python refuses ints of over 4,300 digits
         raise UsageError(f"invalid size {text[:20]!r}...: {len(text)} characters, more than a size takes")
     m = _SIZE_RE.match(text)

@@ -13,14 +13,17 @@ from nuna.units import format_size, parse_size
 @pytest.mark.parametrize(
     ("text", "expected"),
     [("100kB", 100_000), ("1MB", 10**6), ("1GB", 10**9), ("1KiB", 1024), ("2MiB", 2 * 2**20),
-     ("1GiB", 2**30), ("4096", 4096), ("1.5kB", 1500), ("7B", 7)],
+     ("1GiB", 2**30), ("4096", 4096), ("1.5kB", 1500), ("7B", 7),
+     # an exponent, as in 1e6 (a short one: e99 is past any size)
+     ("1e6", 10**6), ("2.5e3kB", 2_500_000), ("1E3", 1000), ("1e+3", 1000), ("1.5e0MiB", 3 * 2**19)],
 )
 def test_parse_size(text: str, expected: int) -> None:
     assert parse_size(text) == expected
 
 
 @pytest.mark.parametrize("text", ["", "abc", "1XB", "-1MB", "0", "1.0001kB", "1 2MB", "2000000TiB",
-                                  "99999999999999999999999",
+                                  "99999999999999999999999", "1e-3", "1e99", "1e100", "1e999999999",
+                                  "1eB", "e6", "1e",
                                   "\u0663", "1\u0660kB", "\uff11MB"])  # digits of other scripts
 def test_parse_size_rejects(text: str) -> None:
     with pytest.raises(UsageError):

@@ -823,6 +823,8 @@ def _gpus(value: Any, where: str) -> int:
 def _size(value: Any, where: str) -> int:
     if isinstance(value, str):
         return parse_size(value)
+    if isinstance(value, float) and value.is_integer() and value >= 1:
+        value = int(value)  # TOML writes 1e6 as a float: a whole number of bytes all the same
     return _int(value, "size", minimum=1)
 
 

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nuna.errors import InputError, UsageError
+from nuna.errors import InputError, NunaError, UsageError
 from nuna.experiments.spec import (
     AUTO,
     CONFIGS,
@@ -80,6 +80,13 @@ def test_values_are_normalised() -> None:
     assert spec.gpus == (8,)
     assert spec.nar_granularities == (AUTO, 4)
     assert (spec.packet_bytes, spec.seed, spec.algo) == (AUTO, 7, "ring")
+    # TOML writes 1e6 as a float: a whole number of bytes is a size all the same, 1.5 is not
+    data["grid"]["sizes"] = [1e6, "2e3", 4096]
+    assert parse_sweep_spec(data).sizes_bytes == (10**6, 2000, 4096)
+    data["grid"]["sizes"] = [1.5]
+    with pytest.raises(NunaError, match=r"sizes\[0\]: expected an integer"):
+        parse_sweep_spec(data)
+    data["grid"]["sizes"] = [4096]
     # a packet size with a unit, as max_packet_bytes and the sizes take: the same point as 1024
     for value in ("1KiB", 1024):
         data["fixed"] = {"packet_bytes": value}
