@@ -252,6 +252,10 @@ def format_comparison(c: Comparison) -> str:
                  f"no configuration can be more than {c.rows[0].time_ns / floor:.2f}x faster than "
                  f"{c.rows[0].config}" + (f"; of that headroom: {', '.join(taken)}" if taken else "")]
     note = [f"note: {c.size_note}"] if c.size_note else []
+    if any(r.granularity_method == "heuristic" for r in c.rows):
+        # the estimate ignores queueing in the NoC: it can pick a G far from the fastest
+        note.append("note: NAR granularities marked (heuristic) are the size-threshold estimate's "
+                    "choice (docs/passes.md); -g auto simulates every G and keeps the fastest")
     return "\n".join(head + _aligned(table) + bound + note)
 
 

@@ -119,6 +119,11 @@ def test_compare_reports_the_simulation(spec: TopologySpec) -> None:
     assert nap.remote_store_sender_hops == ref.noc_hops["remote_store_sender_mean"]
     assert nap.remote_store_receiver_hops == ref.noc_hops["remote_store_receiver_mean"]
     assert "sender: CU -> I/O port" in format_comparison(c)
+    # G given: no word on the heuristic; left to it, the table says how to search instead
+    assert "(heuristic)" not in format_comparison(c)
+    chosen = compare(plan, spec, size, ["UA", "NAP+NAR"])
+    assert chosen.rows[1].granularity_method == "heuristic"
+    assert format_comparison(chosen).endswith("-g auto simulates every G and keeps the fastest")
     assert nap.wait_port_out_ns == ref.queueing.get("port_to_mesh", {}).get("mean", 0.0)
     assert nap.longest_port_wait == ref.longest_port_wait()
     if ref.longest_port_wait() is not None:
