@@ -237,7 +237,7 @@ def simulate(
     if json_file is not None:
         write_json(json_file, res.to_json())
     if trace_file is not None:
-        write_json(trace_file, chrome_trace(plan, res))
+        write_json(trace_file, chrome_trace(plan, res, spec))
     lat = res.remote_store_latency
     typer.echo(f"# {one_line(plan.name)}: {plan.collective.value}, {plan.ngpus} GPUs, {spec.name}, "
                f"packets of {res.packet_bytes} B")

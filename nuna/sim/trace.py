@@ -1,5 +1,6 @@
 """Chrome / Perfetto trace-event JSON of a replay: a process per GPU, a track per threadblock
-with a slice per step, and counter tracks for the I/O ports' bandwidth over time.
+with a slice per step, and counter tracks for the I/O ports' bandwidth over time. Given the
+topology, a threadblock's track also names where it ran (CU, die, mesh router).
 
 Open the file in https://ui.perfetto.dev or chrome://tracing. Timestamps are microseconds (the
 format's unit) with nanosecond precision.
@@ -13,14 +14,24 @@ import numpy as np
 
 from nuna.plan.dag import STEP_TYPES, flatten
 from nuna.plan.ir import Plan, StepType
+from nuna.sim.layout import threadblock_cus
 from nuna.sim.result import SimResult
+from nuna.topology.geometry import chip_geometry
+from nuna.topology.spec import TopologySpec
 
 
-def chrome_trace(plan: Plan, result: SimResult) -> dict[str, Any]:
-    """Trace events for ``result`` (which must come from replaying ``plan``)."""
+def chrome_trace(plan: Plan, result: SimResult, spec: TopologySpec | None = None) -> dict[str, Any]:
+    """Trace events for ``result`` (which must come from replaying ``plan``, on ``spec`` when
+    given: the tracks then name each threadblock's CU, die and router)."""
     flat = flatten(plan)
     if flat.num_nodes != result.node_t_end.shape[0]:
         raise ValueError("result does not belong to this plan")
+    where: list[str] = []
+    if spec is not None:
+        geo = chip_geometry(spec.chip)
+        for cu in threadblock_cus(plan, spec, flat).tolist():
+            x, y = (int(v) for v in geo.router_xy[geo.cu_router[cu]])
+            where.append(f" CU {cu}, die {int(geo.cu_die[cu])}, router ({x}, {y})")
     events: list[dict[str, Any]] = []
     for g in sorted({int(x) for x in flat.tb_gpu.tolist()}):
         events.append({"ph": "M", "name": "process_name", "pid": g, "tid": 0, "args": {"name": f"GPU {g}"}})
@@ -33,7 +44,7 @@ def chrome_trace(plan: Plan, result: SimResult) -> dict[str, Any]:
             peers.append(f"send {int(flat.tb_send[t])}")
         if flat.tb_recv[t] >= 0:
             peers.append(f"recv {int(flat.tb_recv[t])}")
-        label = f"tb {tb}" + (f" ({', '.join(peers)})" if peers else "")
+        label = f"tb {tb}" + (f" ({', '.join(peers)})" if peers else "") + (where[t] if where else "")
         events.append({"ph": "M", "name": "thread_name", "pid": g, "tid": tb, "args": {"name": label}})
         events.append({"ph": "M", "name": "thread_sort_index", "pid": g, "tid": tb,
                        "args": {"sort_index": tb}})

@@ -43,6 +43,23 @@ def test_simulate_prints_row_and_writes_files(run_cli, plan_file: Path, tmp_path
     assert {e["pid"] for e in slices} == {0, 1, 2, 3}
     assert any(e["ph"] == "C" and e["name"].startswith("io port") for e in events)
     assert max(e["ts"] + e["dur"] for e in slices) == pytest.approx(data["time_ns"] / 1000)
+    # each threadblock's track says where it ran, as the baseline placed it
+    from nuna.plan.dag import flatten
+    from nuna.plan.xml import load
+    from nuna.sim.layout import threadblock_cus
+    from nuna.topology import chip_geometry, load_topology
+
+    spec = load_topology("nuna-4die")
+    plan = load(plan_file)
+    flat = flatten(plan)
+    geo = chip_geometry(spec.chip)
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+             if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert len(names) == flat.tb_gpu.shape[0]
+    for t, cu in enumerate(threadblock_cus(plan, spec, flat).tolist()):
+        x, y = geo.router_xy[geo.cu_router[cu]]
+        assert names[(int(flat.tb_gpu[t]), int(flat.tb_id[t]))].endswith(
+            f") CU {cu}, die {geo.cu_die[cu]}, router ({x}, {y})")
     # the summary names the port link with the longest mean wait, as the JSON has it
     waits = [(p["queueing_ns_mean"][link], p["gpu"], p["port"], link)
              for p in data["io_ports"] for link in p["queueing_ns_mean"]]
