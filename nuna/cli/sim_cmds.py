@@ -50,8 +50,9 @@ def _stat(value: float, digits: int) -> str:
 
 
 def noc(
-    mesh: str = typer.Option("8x8", "--mesh", help="Mesh size WxH (one terminal per router; up to about "
-                             "36x36: every pair's path is built)."),
+    mesh: str | None = typer.Option(None, "--mesh", help="Mesh size WxH (one terminal per router; up to "
+                                    "about 36x36: every pair's path is built). Default: 8x8, or the "
+                                    "--topology chip's mesh.", show_default=False),
     traffic: str = typer.Option("uniform", "--traffic",
                                 help="uniform | transpose | edges (to the two short edges)."),
     rate: float = typer.Option(..., "--rate", help="Offered load in flits per node per cycle, in (0, 1]."),
@@ -61,16 +62,33 @@ def noc(
     router: str = typer.Option("iq", "--router", help="iq: input-queued VC routers (BookSim-like); "
                                "oq: ideal output queues."),
     json_file: Path | None = typer.Option(None, "--json", help="Write the result as JSON to this file."),
+    topology: str | None = typer.Option(None, "--topology", "-t", help="A chip (name or .toml path) whose "
+                                        "[router] table, and mesh unless --mesh is given, to use. Links "
+                                        "stay the synthetic mode's cycles: no die crossings, ports or "
+                                        "stacks.", show_default=False),
 ) -> None:
     """Run synthetic traffic on a mesh NoC (validation against BookSim 2)."""
+    from nuna.sim.network import RouterParams
     from nuna.sim.noc import run_noc  # imported here: numba start-up only for sim commands
+    from nuna.topology.spec import load_topology
 
-    width, height = _mesh(mesh)
-    check_outputs(json_file)
-    res = run_noc(width, height, traffic, rate, packet_flits, cycles=cycles, seed=seed, router=router)
+    check_outputs(json_file, inputs=(topology,))
+    params, chip = None, ""
+    width, height = _mesh(mesh or "8x8")
+    if topology is not None:
+        spec = load_topology(topology)
+        if spec.chip.kind != "mesh":
+            raise UsageError(f"topology {spec.name} is a {spec.chip.kind} chip: it has no mesh for the "
+                             "synthetic NoC mode")
+        if mesh is None:
+            width, height = _mesh(f"{spec.chip.cols}x{spec.chip.rows}")
+        params = RouterParams.from_topology(spec, input_queued=router == "iq")
+        chip = f" topology={spec.name}"
+    res = run_noc(width, height, traffic, rate, packet_flits, cycles=cycles, seed=seed, router=router,
+                  params=params)
     if json_file is not None:  # before printing: a closed pipe must not cost the result
-        write_json(json_file, res.to_json())
-    typer.echo(f"mesh {width}x{height} {traffic} L={packet_flits} router={router} "
+        write_json(json_file, {**res.to_json(), **({"topology": spec.name} if topology is not None else {})})
+    typer.echo(f"mesh {width}x{height} {traffic} L={packet_flits} router={router}{chip} "
                f"offered {res.offered_flit_rate:.4f} accepted {res.accepted_flit_rate:.4f} flits/node/cycle, "
                f"packet latency avg {_stat(res.packet_latency_avg, 2)} "
                f"max {_stat(res.packet_latency_max, 0)} cycles, "

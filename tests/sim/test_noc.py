@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import csv
 import json
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -178,6 +180,32 @@ def test_cli_noc_errors(run_cli, args: tuple[str, ...], code: int) -> None:
     assert res.code == code
     assert res.err.count("\n") == 1
     assert "Traceback" not in res.err
+
+
+def test_cli_noc_takes_a_chips_mesh_and_routers(run_cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    args = ("noc", "--traffic", "uniform", "--rate", "0.05", "--cycles", "500", "--seed", "2")
+    out = tmp_path / "chip.json"
+    res = run_cli(*args, "--topology", "nuna-4die", "--json", out)
+    assert res.code == 0, res.err
+    assert res.out.startswith("mesh 24x6 uniform L=1 router=iq topology=nuna-4die ")
+    data = json.loads(out.read_text())
+    assert (data["mesh"], data["topology"]) == ("24x6", "nuna-4die")
+    # nuna-4die's [router] table is BookSim's setting: the same run as the plain mode's
+    plain = noc.run_noc(24, 6, "uniform", 0.05, 1, cycles=500, seed=2)
+    assert data["packet_latency_avg"] == plain.packet_latency_avg
+    # another table is used, and --mesh still sets the size
+    chip = tmp_path / "deep.toml"
+    text = (Path(__file__).parents[2] / "nuna" / "topology" / "data" / "nuna-4die.toml").read_text()
+    assert text.count("vc_buffer_flits = { value = ") == 1
+    chip.write_text(re.sub(r"vc_buffer_flits = \{ value = \d+", "vc_buffer_flits = { value = 1", text))
+    shallow = run_cli(*args, "--topology", chip, "--mesh", "4x4", "--rate", "0.4", "--json", out)
+    assert shallow.code == 0, shallow.err
+    deep = noc.run_noc(4, 4, "uniform", 0.4, 1, cycles=500, seed=2)
+    assert json.loads(out.read_text())["packet_latency_avg"] != deep.packet_latency_avg
+    flat = run_cli(*args, "--topology", "flat-switch")
+    assert flat.code == 1
+    assert flat.err == ("nuna: error: topology flat-switch is a flat chip: it has no mesh for the synthetic "
+                        "NoC mode\n")
 
 
 def test_a_run_that_delivers_no_measured_packet_writes_valid_json(run_cli, tmp_path) -> None:
