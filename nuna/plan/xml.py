@@ -25,10 +25,12 @@ Conventions of the reader (reference ``msccl-xml.md`` §2-§3, §12):
 * Unknown elements and attributes are skipped (as the executors do) with a warning recorded in
   :class:`SourceMap`; text content and comments are ignored.
 * What lxml reads but the executors' hand-written parser rejects (§2) is a warning in
-  :class:`SourceMap` too, found on the raw text outside comments: an XML declaration, a tab
-  between elements, a line break or tab inside a start tag, a single-quoted attribute value,
-  and extra spaces between attributes (empty attributes to the executors) that push one past
-  the 16th. Line numbers live only in the
+  :class:`SourceMap` too, found on the raw text outside comments: a UTF-8 byte-order mark, an
+  XML declaration, a tab, text or a CDATA section between elements, a processing instruction,
+  a line break or tab inside a start tag, a single-quoted attribute value, and extra spaces
+  between attributes (empty attributes to the executors) that push one past the 16th. The
+  executors count namespace declarations (``xmlns:nuna=...``) among an element's at most 16
+  attributes, and so does the reader's own warning. Line numbers live only in the
   :class:`SourceMap`, never in the IR.
 * The reader is an lxml parser *target* (no tree is built): a 64-GPU plan with 1,008
   threadblocks per GPU reads in about a second. Identical ``<step>`` elements yield one shared
@@ -108,6 +110,7 @@ _NS_PLACEMENT = f"{{{NUNA_NS}}}placement"
 _NS_CHUNK = f"{{{NUNA_NS}}}chunk"
 
 _DECL_RE = re.compile(r"<!\s*(DOCTYPE|ENTITY)", re.IGNORECASE)
+_XML_DECL_RE = re.compile(rb"<\?xml[ \t\n\r]")
 # XML 1.0 Char production minus what attribute values can hold at all
 _XML_ILLEGAL_RE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
@@ -187,7 +190,7 @@ def loads_with_source(text: str | bytes, name: str = "<string>") -> tuple[Plan, 
         data = bytes(text)
     if len(data) > MAX_PLAN_BYTES:
         raise InputError(f"{name}: plan is {len(data)} bytes, more than the {MAX_PLAN_BYTES}-byte limit")
-    body, decl = _screen(data, name)
+    body, decl, bom = _screen(data, name)
     reader = _Reader(name, body)
     parser = etree.XMLParser(
         target=reader, resolve_entities=False, no_network=True, load_dtd=False, dtd_validation=False,
@@ -202,19 +205,25 @@ def loads_with_source(text: str | bytes, name: str = "<string>") -> tuple[Plan, 
         raise InputError(f"{name}: cannot parse: {' '.join(str(err).split())}") from None
     if not isinstance(plan, Plan):
         raise InputError(f"{name}: no <algo> element")
-    warnings = ([f"{name}:1: the XML declaration <?xml ...?> makes both MSCCL executors reject the file"]
-                if decl else [])
+    rejected = " makes both MSCCL executors reject the file"
+    warnings = []
+    if bom:
+        warnings.append(f"{name}:1: a UTF-8 byte-order mark at the start{rejected}")
+    if decl:
+        warnings.append(f"{name}:1: the XML declaration <?xml ...?>{rejected}")
     warnings += _lexical_warnings(body, name)
     return plan, reader.source_map(plan, warnings)
 
 
-def _screen(data: bytes, name: str) -> tuple[bytes, bool]:
+def _screen(data: bytes, name: str) -> tuple[bytes, bool, bool]:
     """Checks before any XML parsing: not empty, UTF-8, no DOCTYPE/ENTITY declarations. Returns
-    the UTF-8 body (BOM removed) and whether it starts with an XML declaration."""
+    the UTF-8 body (BOM removed), whether it starts with an XML declaration and whether it
+    started with a byte-order mark."""
     if not data.strip():
         raise InputError(f"{name}: empty file (expected an MSCCL <algo> plan)")
     try:
-        # utf-8-sig: a BOM is harmless; other encodings are not something the executors read
+        # utf-8-sig: lxml reads a BOM (the executors do not: a warning); other encodings are not
+        # something the executors read
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
         line = data[: err.start].count(b"\n") + 1
@@ -224,25 +233,36 @@ def _screen(data: bytes, name: str) -> tuple[bytes, bool]:
         line = text.count("\n", 0, m.start()) + 1
         raise InputError(f"{name}:{line}: <!{m.group(1).upper()}> declarations are not allowed in plans "
                          "(refused to avoid entity expansion and external file or network access)")
-    body = data[3:] if data.startswith(b"\xef\xbb\xbf") else data
-    return body, text.lstrip().startswith("<?xml")
+    bom = data.startswith(b"\xef\xbb\xbf")
+    body = data[3:] if bom else data
+    # lxml accepts a declaration only at the very start; <?xml-stylesheet ...?> is none
+    return body, _XML_DECL_RE.match(body) is not None, bom
 
 
 # --------------------------------------------------------------------------------------------
 # the executors' lexical rules (reference §2)
 #
 # Both executors read plans with a hand-written parser (``mscclXmlGetNode`` and friends) that
-# accepts less than XML: between elements only spaces, \n and \r; inside a start tag the
-# attributes are read while the character after the previous one is a space (``while (c ==
-# ' ')``), so a line break or tab there fails with "expected >"; a value opened with ' is read up
-# to the next "; and every space beyond the one that separates two attributes is read as an
-# empty attribute that takes one of the 16 slots (MAX_ATTR_COUNT), so attributes past the 16th
-# token are ignored. lxml accepts all of these, so they are found on the raw text, after lxml
-# has checked that it is well formed.
+# accepts less than XML: before each '<' only spaces, \n and \r (so a byte-order mark, a tab or
+# any text between elements fails with "expecting '<'"); after '<' only comments are special,
+# everything else is read as an element (so a processing instruction such as the XML
+# declaration, or a CDATA section, becomes an element "?xml", "![CDATA[..." that fails with
+# "expected >" or is never closed; one with a '/' in just the right place, like <?pi a/?>,
+# would close itself and be skipped, which is not worth telling apart);
+# inside a start tag the attributes are read while the character after the previous one is a
+# space (``while (c == ' ')``), so a line break or tab there fails with "expected >"; a value
+# opened with ' is read up to the next "; and every space beyond the one that separates two
+# attributes is read as an empty attribute that takes one of the 16 slots (MAX_ATTR_COUNT), so
+# attributes past the 16th token are ignored. lxml accepts all of these, so they are found on
+# the raw text, after lxml has checked that it is well formed. (The byte-order mark and the XML
+# declaration are reported by :func:`loads_with_source`.)
 
 # what the lexical scan reports, by kind, in report order (each message follows ``file:line: ``)
 _LEX_MESSAGES = {
     "tab": "a tab between elements makes both MSCCL executors reject the file",
+    "text": 'the text "{0}" between elements makes both MSCCL executors reject the file',
+    "cdata": "a CDATA section <![CDATA[...]]> makes both MSCCL executors reject the file",
+    "pi": "the processing instruction <?{0} ...?> makes both MSCCL executors reject the file",
     "break": "a line break or tab inside the start tag <{0} ...> makes both MSCCL executors reject the file",
     "squote": "the single-quoted attribute value {0}='...' makes both MSCCL executors reject the file",
     "spaces": ("extra spaces between the attributes of <{0} ...> make both MSCCL executors ignore the "
@@ -251,14 +271,20 @@ _LEX_MESSAGES = {
 _EXECUTOR_MAX_ATTRS = 16
 # a line break not right after '>'
 _LINE_END_RE = re.compile(rb"\n(?<!>\n)")
+# a '>' not followed by a line break, indentation and the next '<' (nor by the end): where text
+# can start in a file whose every line ends with '>'
+_AFTER_TAG_RE = re.compile(rb">(?!\n *+<)(?!\n?\Z)")
 # a run of two or more spaces that is not indentation (not after a line break or another space)
 _INNER_SPACES_RE = re.compile(rb"  (?<![\n ]  )")
-# markup of a well-formed document in order: comments, CDATA sections, processing instructions,
-# end tags, start tags (whose quoted values may hold '>'); the text between matches is content
+# whitespace, then the next markup of a well-formed document (group 1): a comment, CDATA
+# section, processing instruction, end tag or start tag (whose quoted values may hold '>'). A
+# match that does not start where the previous one ended has text before it.
 _LEX_TOKEN_RE = re.compile(
-    rb"<!--.*?-->|<!\[CDATA\[.*?\]\]>|<\?.*?\?>|</[^>]*+>"
-    rb"|<[^>\"']*+(?:(?:\"[^\"]*+\"|'[^']*+')[^>\"']*+)*+>",
+    rb"[ \t\n\r]*+(<!--.*?-->|<!\[CDATA\[.*?\]\]>|<\?.*?\?>|</[^>]*+>"
+    rb"|<[^>\"']*+(?:(?:\"[^\"]*+\"|'[^']*+')[^>\"']*+)*+>)",
     re.DOTALL)
+_NOT_SPACE_RE = re.compile(rb"[^ \t\n\r]")
+_PI_TARGET_RE = re.compile(rb"<\?([^ \t\n\r?]*+)")
 # one start tag: its quoted values, and the stretches outside them
 _TAG_PART_RE = re.compile(rb"\"[^\"]*+\"|'[^']*+'|[^\"']++")
 _TAG_BREAK_RE = re.compile(rb"[\t\n\r]")
@@ -266,6 +292,7 @@ _TAG_BREAK_RE = re.compile(rb"[\t\n\r]")
 # around '='; group 1 is the name, group 2 the attributes
 _PLAIN_TAG_RE = re.compile(rb"<([^\s/>]++)((?: ++[^\s=\"']++=\"[^\"]*+\")*+) *+/?>")
 _PLAIN_ATTR_RE = re.compile(rb"( ++)([^\s=\"']++)=\"[^\"]*+\"")
+_BANG, _QUESTION, _SLASH = b"!?/"
 
 
 def _lexical_warnings(body: bytes, name: str) -> list[str]:
@@ -284,17 +311,30 @@ def _lexical_warnings(body: bytes, name: str) -> list[str]:
             first[kind] = (offset, _LEX_MESSAGES[kind].format(*args))
 
     has_tab = b"\t" in body
+    decl = _XML_DECL_RE.match(body) is not None  # reported on its own
     pos = 0
     for m in _LEX_TOKEN_RE.finditer(body):
-        start, end = m.span()
+        start = m.start(1)
+        if m.start() > pos:  # the search skipped something other than whitespace: text
+            text = _NOT_SPACE_RE.search(body, pos, m.start())
+            if text is not None:  # always
+                found("text", text.start(), _text_excerpt(body, text.start(), m.start()))
         if has_tab and start > pos:
             tab = body.find(b"\t", pos, start)
             if tab >= 0:
                 found("tab", tab)
-        pos = end
-        if body[start + 1] in b"!?/":  # comment, CDATA, processing instruction, end tag
+        pos = m.end()
+        lead = body[start + 1]
+        if lead in (_BANG, _SLASH):  # comment, CDATA section, end tag
+            if body.startswith(b"<![", start):
+                found("cdata", start)
             continue
-        tag = m.group()
+        if lead == _QUESTION:
+            if start or not decl:
+                target = _PI_TARGET_RE.match(body, start)
+                found("pi", start, _clip(target.group(1).decode("utf-8", "replace") if target else ""))
+            continue
+        tag = m.group(1)
         if b"\t" in tag or b"\n" in tag or b"\r" in tag or b"'" in tag or b"  " in tag:
             _check_start_tag(tag, start, found)
     if has_tab and pos < len(body):
@@ -311,13 +351,25 @@ def _lexical_warnings(body: bytes, name: str) -> list[str]:
     return out
 
 
+def _text_excerpt(body: bytes, start: int, end: int) -> str:
+    """The start of the text at ``body[start:end]`` for a message: its first line, clipped."""
+    text = body[start:min(end, start + 80)].split(b"\n", 1)[0].rstrip(b" \t\r")
+    return _clip(text.decode("utf-8", "replace"), 20)
+
+
 def _lexical_scan_needed(body: bytes) -> bool:
-    """Whether ``body`` may break a lexical rule at all: it has a tab, a carriage return or a
-    single quote, a line that does not end with '>' (a start tag may span lines), or a run of
-    spaces that is not indentation. Plans as msccl-tools and :func:`dump` write them have none
-    of these (unless a name holds a quote, say), and the searches take about 2 ms on a 2 MB
-    plan where the full scan takes about 20 ms."""
-    return (b"\t" in body or b"\r" in body or b"'" in body or _LINE_END_RE.search(body) is not None
+    """Whether ``body`` may break a lexical rule at all: it has a tab, a carriage return, a
+    single quote, a '[' (CDATA), a '?' after a leading XML declaration (a processing
+    instruction), a line that does not end with '>' (a start tag may span lines), a '>' not
+    followed by a line break and the next line's '<' (text may follow), or a run of spaces that
+    is not indentation. Plans as msccl-tools and :func:`dump` write them have none of these
+    (unless a name holds a quote, say), and the searches take about 3 ms on a 2 MB plan where
+    the full scan takes about 20 ms."""
+    question = body.find(b"?")
+    if question >= 0 and _XML_DECL_RE.match(body) is not None:  # the declaration has two
+        question = body.find(b"?", body.find(b"?>") + 2)
+    return (b"\t" in body or b"\r" in body or b"'" in body or b"[" in body or question >= 0
+            or _LINE_END_RE.search(body) is not None or _AFTER_TAG_RE.search(body) is not None
             or _INNER_SPACES_RE.search(body) is not None)
 
 
@@ -346,7 +398,7 @@ def _check_start_tag(tag: bytes, start: int, found: Callable[..., None]) -> None
     if broken or quoted or b"  " not in tag:
         return
     plain = _PLAIN_TAG_RE.fullmatch(tag)
-    if plain is None:  # spaces around '=': rejected too, but not one of the rules checked here
+    if plain is None:  # spaces around '=': not checked, reference §2 does not cover them
         return
     slot = 0
     beyond: list[str] = []
@@ -407,6 +459,8 @@ class _Reader:
         self.stack: list[str] = []
         self.ctx = ""  # tag of the innermost open element we read ("" before the root)
         self.skip = 0  # depth inside an unknown element
+        self.ns_decls = 0  # namespace declarations reported for the next start event
+        self.ns_at = -1  # ordinal of the latest element that declared namespaces
         self.pending: list[tuple[int, str, dict[str, str], str]] = []  # warnings: ordinal, tag, attrs, msg
         self._lines: npt.NDArray[np.int64] | None = None
         # parsed integer values by (text, lo, hi); plan files repeat a handful of values
@@ -503,8 +557,8 @@ class _Reader:
         return text == "1"
 
     def check_attrs(self, k: int, tag: str, a: dict[str, str], known: frozenset[str]) -> None:
-        if len(a) > 16:
-            self.warn(k, tag, a, f"{len(a)} attributes; the MSCCL executors read only the first 16")
+        if len(a) > _EXECUTOR_MAX_ATTRS and k != self.ns_at:  # else start_with_namespaces counts
+            self.warn(k, tag, a, _too_many_attrs(len(a), 0))
         for key in a:
             if key in known:
                 continue
@@ -517,7 +571,27 @@ class _Reader:
     # (no ``data`` method: lxml then does not call back for the whitespace between elements;
     # text content is meaningless in a plan and ignored)
 
+    def start_ns(self, prefix: str | None, uri: str) -> None:
+        # called before the start event of the element that declares the namespace
+        self.ns_decls += 1
+
+    def start_with_namespaces(self, tag: str, a: dict[str, str]) -> None:
+        """:meth:`start` for an element with namespace declarations, which lxml does not list
+        among its attributes but the executors' parser does (``xmlns:nuna="..."`` is one more
+        attribute to it): the attribute count includes them."""
+        ns, self.ns_decls = self.ns_decls, 0
+        k = self.ns_at = self.n
+        mark = len(self.pending)
+        self.start(tag, a)
+        total = len(a) + ns
+        if total > _EXECUTOR_MAX_ATTRS and not self.skip:  # not for elements the reader skips
+            # first among the element's warnings, where check_attrs puts its count
+            self.pending.insert(mark, (k, tag, dict(a), _too_many_attrs(total, ns)))
+
     def start(self, tag: str, a: dict[str, str]) -> None:
+        if self.ns_decls:
+            self.start_with_namespaces(tag, a)
+            return
         k = self.n
         self.n = k + 1
         if self.skip:
@@ -748,6 +822,14 @@ class _Reader:
         self.chunk_places.append(ChunkPlacement(gpu=self.gpu_attrs[0], buffer=buf,
                                                 chunk=self.integer(k, tag, a, "off", 0),
                                                 stack=self.integer(k, tag, a, "stack", 0)))
+
+
+def _too_many_attrs(count: int, namespaces: int) -> str:
+    """The reader's warning for an element with more attributes than the executors keep."""
+    counting = ""
+    if namespaces:
+        counting = f" (counting {namespaces} namespace declaration{'s' if namespaces > 1 else ''})"
+    return f"{count} attributes{counting}; the MSCCL executors read only the first {_EXECUTOR_MAX_ATTRS}"
 
 
 def _literal(value: str) -> str:

@@ -1,7 +1,9 @@
-"""The executors' lexical rules (reference ``msccl-xml.md`` §2) that lxml does not enforce: tabs
-between elements, line breaks or tabs inside start tags, single-quoted values, and extra spaces
-that push attributes past the 16th. Each is a reader warning (so ``nuna validate --strict``
-fails on it); comments, nuna's own output and the shared corpus never trigger one."""
+"""The executors' lexical rules (reference ``msccl-xml.md`` §2) that lxml does not enforce: a
+byte-order mark, tabs, text and CDATA sections between elements, processing instructions, line
+breaks or tabs inside start tags, single-quoted values, and extra spaces that push attributes
+past the 16th; and the reader's attribute count, which includes namespace declarations as the
+executors do. Each is a reader warning (so ``nuna validate --strict`` fails on it); comments,
+nuna's own output and the shared corpus never trigger one."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from hypothesis import strategies as st
 from nuna.plan.generate import ALGORITHMS, COLLECTIVES, generate
 from nuna.plan.ir import Plan
 from nuna.plan.verify import verify
-from nuna.plan.xml import dump, load_with_source, loads, loads_with_source
+from nuna.plan.xml import NUNA_NS, _lexical_scan_needed, dump, load_with_source, loads, loads_with_source
 from tests.conftest import msccl_plans
 from tests.plan.test_xml import plans
 
@@ -26,6 +28,11 @@ STEP4 = '<step s="0" type="s" srcbuf="o" srcoff="0"'  # the first step, line 4
 TAB = "a tab between elements makes both MSCCL executors reject the file"
 BREAK = "a line break or tab inside the start tag <{}> makes both MSCCL executors reject the file"
 SQUOTE = "the single-quoted attribute value {}='...' makes both MSCCL executors reject the file"
+TEXT = 'the text "{}" between elements makes both MSCCL executors reject the file'
+CDATA = "a CDATA section <![CDATA[...]]> makes both MSCCL executors reject the file"
+PI = "the processing instruction <?{} ...?> makes both MSCCL executors reject the file"
+BOM = "a UTF-8 byte-order mark at the start makes both MSCCL executors reject the file"
+DECL = "the XML declaration <?xml ...?> makes both MSCCL executors reject the file"
 SPACES = ("extra spaces between the attributes of <{}> make both MSCCL executors ignore the attributes "
           "beyond the 16th ({}): each extra space counts as an empty attribute")
 # every lexical message contains one of these
@@ -173,6 +180,152 @@ def test_more_than_16_real_attributes_keep_the_readers_own_warning() -> None:
 
 
 # --------------------------------------------------------------------------------------------
+# 5. nothing but spaces, \n and \r before a '<': no text or CDATA between elements, no
+# byte-order mark before the first one
+
+
+@pytest.mark.parametrize(("old", "new", "line", "shown"), [
+    ("    </tb>", "    done</tb>", 6, "done"),  # before an end tag
+    ('chan="0">', 'chan="0">x', 3, "x"),  # right after a start tag
+    ("  </gpu>", "  some words\n  </gpu>", 11, "some words"),  # on a line of its own
+    ("    </tb>", "    &#32;\n    </tb>", 6, "&#32;"),  # a character reference is text too
+    ("    </tb>", "    a longer text that gets clipped\n    </tb>", 6, "a longer text that g..."),
+])
+def test_text_between_elements(old: str, new: str, line: int, shown: str) -> None:
+    assert warnings_of(replace_once(old, new)) == [f"f.xml:{line}: {TEXT.format(shown)}"]
+
+
+def test_texts_between_elements_are_counted() -> None:
+    text = BASE.replace("    </tb>", "    x\n    </tb>")
+    assert warnings_of(text) == [f"f.xml:6: {TEXT.format('x')} (and 3 more like it)"]
+
+
+def test_words_in_values_and_comments_and_spaces_after_a_tag_are_fine() -> None:
+    text = (replace_once('name="fig7_', 'name="a > b fig7_')
+            .replace('chan="0">', 'chan="0">   ', 1)
+            .replace("  </gpu>", "  <!-- some words -->\n  </gpu>", 1))
+    assert warnings_of(text) == []
+
+
+def test_cdata_section() -> None:
+    # even an empty one: the executors read it as an element named "![CDATA[]]" that never ends
+    text = replace_once("    </tb>", "    <![CDATA[]]>\n    </tb>")
+    assert warnings_of(text) == [f"f.xml:6: {CDATA}"]
+
+
+def test_cdata_sections_are_counted() -> None:
+    text = BASE.replace("  </gpu>", "  <![CDATA[x]]></gpu>")
+    assert warnings_of(text) == [f"f.xml:11: {CDATA} (and 1 more like it)"]
+
+
+def test_cdata_inside_a_comment_is_fine() -> None:
+    assert warnings_of(replace_once("  </gpu>", "  <!-- <![CDATA[x]]> -->\n  </gpu>")) == []
+
+
+def test_byte_order_mark() -> None:
+    assert warnings_of("\ufeff" + BASE) == [f"f.xml:1: {BOM}"]
+    _, source = loads_with_source(b"\xef\xbb\xbf" + BASE.encode(), "f.xml")
+    assert list(source.warnings) == [f"f.xml:1: {BOM}"]
+    # the lines of later findings are not shifted by it
+    tabbed = "\ufeff" + BASE.replace("    <tb", "\t<tb", 1)
+    assert warnings_of(tabbed) == [f"f.xml:1: {BOM}", f"f.xml:3: {TAB}"]
+
+
+def test_byte_order_mark_comes_before_the_xml_declaration() -> None:
+    assert warnings_of('\ufeff<?xml version="1.0"?>\n' + BASE) == [f"f.xml:1: {BOM}", f"f.xml:1: {DECL}"]
+
+
+def test_byte_order_mark_inside_a_value_is_fine() -> None:
+    assert warnings_of(replace_once('name="fig7_', 'name="\ufefffig7_')) == []
+
+
+# --------------------------------------------------------------------------------------------
+# 6. after '<' only comments are special: a processing instruction is an element to the executors
+
+
+def test_processing_instruction() -> None:
+    text = replace_once("  </gpu>", '  <?nuna-note x="1"?>\n  </gpu>')
+    assert warnings_of(text) == [f"f.xml:11: {PI.format('nuna-note')}"]
+
+
+def test_processing_instructions_are_counted() -> None:
+    text = BASE.replace("    </tb>", "    <?pi?></tb>")
+    assert warnings_of(text) == [f"f.xml:6: {PI.format('pi')} (and 3 more like it)"]
+
+
+def test_a_leading_processing_instruction_is_no_xml_declaration() -> None:
+    text = '<?xml-stylesheet href="s.xsl"?>\n' + BASE
+    assert warnings_of(text) == [f"f.xml:1: {PI.format('xml-stylesheet')}"]
+
+
+def test_the_xml_declaration_keeps_its_own_warning() -> None:
+    assert warnings_of('<?xml version="1.0"?>\n' + BASE) == [f"f.xml:1: {DECL}"]
+    text = '<?xml version="1.0"?>\n<?pi?>\n' + BASE
+    assert warnings_of(text) == [f"f.xml:1: {DECL}", f"f.xml:2: {PI.format('pi')}"]
+
+
+def test_question_marks_in_values_and_comments_are_fine() -> None:
+    text = replace_once('name="fig7_', 'name="?>fig7?[1]_')
+    text = text.replace("  </gpu>", "  <!-- <?pi?> -->\n  </gpu>", 1)
+    assert warnings_of(text) == []
+
+
+# --------------------------------------------------------------------------------------------
+# 7. namespace declarations are attributes to the executors: they count toward the 16
+
+NS_DECLS = [f' xmlns:n{i}="urn:n{i}"' for i in range(17)]
+COUNT = "{} attributes (counting {}); the MSCCL executors read only the first 16"
+
+
+def test_namespace_declarations_count_as_attributes() -> None:
+    # <step> has 10 attributes: with 7 namespace declarations the executors see 17
+    text = replace_once("<step s=", "<step" + "".join(NS_DECLS[:7]) + " s=")
+    assert warnings_of(text) == [f'f.xml:4: <step s="0">: {COUNT.format(17, "7 namespace declarations")}']
+
+
+def test_16_attributes_counting_namespace_declarations_are_fine() -> None:
+    assert warnings_of(replace_once("<step s=", "<step" + "".join(NS_DECLS[:6]) + " s=")) == []
+
+
+def test_the_nuna_namespace_declaration_counts_on_a_full_algo() -> None:
+    # 16 attributes the reader sees (13 it knows) and xmlns:nuna first: the executors drop b
+    extra = ' nuna:nar="2" nuna:config="NAP" nuna:size="1024" nthreads="544" a="1"'
+    full = replace_once("<algo name=", f'<algo xmlns:nuna="{NUNA_NS}" name=').replace(
+        'maxBytes="0">', 'maxBytes="0"' + extra + ' b="2">', 1)
+    unknown = [f"f.xml:1: <algo>: unknown attribute {a} ignored" for a in ("nthreads", "a", "b")]
+    assert warnings_of(full) == [f"f.xml:1: <algo>: {COUNT.format(17, '1 namespace declaration')}", *unknown]
+    assert warnings_of(full.replace(' b="2"', "")) == unknown[:2]
+
+
+def test_more_than_16_attributes_and_a_namespace_declaration_are_counted_once() -> None:
+    extra = "".join(f' x{i}="{i}"' for i in range(7))
+    found = warnings_of(replace_once('hasdep="0"/>', 'hasdep="0"' + extra + ' xmlns:n="urn:n"/>'))
+    assert [w for w in found if "read only" in w] == [
+        f'f.xml:4: <step s="0">: {COUNT.format(18, "1 namespace declaration")}']
+
+
+def test_an_unknown_element_gets_no_attribute_count() -> None:
+    text = replace_once("    </tb>", "    <x" + "".join(NS_DECLS) + "/>\n    </tb>")
+    assert warnings_of(text) == ["f.xml:6: <x>: unknown element ignored (the MSCCL executors skip it)"]
+
+
+def test_extra_spaces_count_namespace_declarations_too() -> None:
+    # 6 declarations and 10 attributes fill the 16 slots: one extra space pushes hasdep out
+    text = replace_once(STEP4, "<step" + "".join(NS_DECLS[:6]) + " " + STEP4[5:])
+    assert warnings_of(text) == [f"f.xml:4: {SPACES.format('step ...', 'hasdep')}"]
+
+
+# --------------------------------------------------------------------------------------------
+# the quick pre-check keeps plain plans from being scanned
+
+
+def test_plain_plans_are_not_scanned() -> None:
+    assert not _lexical_scan_needed(BASE.encode())
+    assert not _lexical_scan_needed(BASE.rstrip("\n").encode())  # msccl-tools ends without one
+    assert not _lexical_scan_needed(('<?xml version="1.0"?>\n' + BASE).encode())  # reported apart
+
+
+# --------------------------------------------------------------------------------------------
 # comments, CDATA and processing instructions are not looked into
 
 
@@ -186,8 +339,9 @@ def test_comments_are_ignored() -> None:
 
 
 def test_cdata_and_processing_instructions_are_not_looked_into() -> None:
+    # they are reported themselves (sections 5 and 6), but nothing inside them is
     text = replace_once("  </gpu>", "  <![CDATA[\t'x'\n<a\tb='1'>]]><?pi\tx='1'\n?>\n  </gpu>")
-    assert lexical(warnings_of(text)) == []
+    assert lexical(warnings_of(text)) == [f"f.xml:11: {CDATA}", f"f.xml:12: {PI.format('pi')}"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -211,6 +365,22 @@ def test_every_rule_at_once_in_report_order() -> None:
     strict = verify(plan, source=source, strict=True)
     assert [e for e in strict.errors if e in expected] == expected
     assert strict.warnings == ()
+
+
+def test_every_new_rule_at_once_in_report_order() -> None:
+    text = ("\ufeff" + replace_once('chan="1">', 'chan="1">x')
+            .replace("  </gpu>", "  <![CDATA[ ]]></gpu>", 1)
+            .replace("</algo>", "<?pi?></algo>")
+            .replace('<step s="0" type="s" srcbuf="o" srcoff="2"',
+                     '<step xmlns:n="urn:n" xmlns:m="urn:m" xmlns:k="urn:k" xmlns:j="urn:j" xmlns:i="urn:i" '
+                     'xmlns:h="urn:h" xmlns:g="urn:g" s="0" type="s" srcbuf="o" srcoff="2"'))
+    plan, source = loads_with_source(text, "f.xml")
+    expected = [f"f.xml:1: {BOM}", f"f.xml:7: {TEXT.format('x')}", f"f.xml:11: {CDATA}",
+                f"f.xml:22: {PI.format('pi')}",
+                f'f.xml:14: <step s="0">: {COUNT.format(17, "7 namespace declarations")}']
+    assert list(source.warnings) == expected
+    assert [w for w in verify(plan, source=source).warnings if w in expected] == expected
+    assert [e for e in verify(plan, source=source, strict=True).errors if e in expected] == expected
 
 
 def test_validate_strict_fails_on_a_lexical_warning(run_cli, tmp_path: Path) -> None:
@@ -242,8 +412,19 @@ def no_lexical_warning(text: str) -> None:
 @settings(max_examples=80, deadline=None)
 @given(plans())
 def test_dump_never_breaks_a_lexical_rule(plan: Plan) -> None:
-    # names and configs hold quotes, tabs, line breaks and runs of spaces
-    no_lexical_warning(dump(plan))
+    # names and configs hold quotes, tabs, line breaks, runs of spaces, '?', '[', '>' and text
+    text = dump(plan)
+    no_lexical_warning(text)
+    assert warnings_of(text) == []
+
+
+@settings(max_examples=40, deadline=None)
+@given(plans(with_placement=True))
+def test_dump_of_a_placed_plan_keeps_16_attributes_with_its_namespace(plan: Plan) -> None:
+    # <algo> carries xmlns:nuna and up to 13 attributes more, <tb> nuna:cu: at most 14 either way
+    text = dump(plan)
+    assert warnings_of(text) == []
+    assert not any("read only the first 16" in w for w in warnings_of("<!-- ' -->\n" + text))
 
 
 @settings(max_examples=20, deadline=None)
@@ -256,6 +437,7 @@ def test_generated_plans_never_break_a_lexical_rule(coll: object, algo: str, n: 
     text = dump(plan)
     assert loads(text) == plan
     no_lexical_warning(text)
+    assert warnings_of(text) == []
 
 
 @pytest.mark.parametrize("path", msccl_plans(), ids=lambda p: p.name)
