@@ -47,6 +47,8 @@ class ConfigRow:
     latency_mean_ns: float
     latency_p99_ns: float
     latency_max_ns: float
+    # the mean remote store without waiting (SimResult.remote_store_zero_load_ns; 0: none)
+    latency_zero_load_ns: float
     load_hops: float
     remote_store_hops: float
     remote_store_sender_hops: float
@@ -159,6 +161,7 @@ def compare(plan: Plan, spec: TopologySpec, size_bytes: int, configs: Sequence[s
             config=cfg.name, nar_granularity=choice.granularity, granularity_method=choice.method,
             time_ns=result.time_ns, speedup=ref_time / result.time_ns if result.time_ns > 0 else 0.0,
             latency_mean_ns=lat.mean_ns, latency_p99_ns=lat.p99_ns, latency_max_ns=lat.max_ns,
+            latency_zero_load_ns=result.remote_store_zero_load_ns.get("total", 0.0),
             load_hops=result.noc_hops.get("load_mean", 0.0),
             remote_store_hops=result.noc_hops.get("remote_store_mean", 0.0),
             remote_store_sender_hops=result.noc_hops.get("remote_store_sender_mean", 0.0),
@@ -191,6 +194,7 @@ _ROWS: tuple[tuple[str, str], ...] = (
     ("remote store mean (ns)", "mean"),
     ("remote store p99 (ns)", "p99"),
     ("remote store max (ns)", "max"),
+    ("  mean without waiting", "zero_load"),
     ("NoC hops/flit, load", "load_hops"),
     ("NoC hops/flit, remote store", "remote_store_hops"),
     ("  sender: CU -> I/O port", "remote_store_sender_hops"),
@@ -216,7 +220,8 @@ def _cell(row: ConfigRow, key: str) -> str:
     values: dict[str, str] = {
         "time": f"{row.time_ns / 1000:.3f}", "speedup": f"{row.speedup:.2f}x",
         "mean": f"{row.latency_mean_ns:.0f}", "p99": f"{row.latency_p99_ns:.0f}",
-        "max": f"{row.latency_max_ns:.0f}", "load_hops": f"{row.load_hops:.1f}",
+        "max": f"{row.latency_max_ns:.0f}", "zero_load": f"{row.latency_zero_load_ns:.0f}",
+        "load_hops": f"{row.load_hops:.1f}",
         "remote_store_hops": f"{row.remote_store_hops:.1f}", "die": f"{row.die_crossing_bytes:,}",
         "remote_store_sender_hops": f"{row.remote_store_sender_hops:.1f}",
         "remote_store_receiver_hops": f"{row.remote_store_receiver_hops:.1f}",

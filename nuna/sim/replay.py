@@ -241,6 +241,28 @@ def _cu_link_bandwidth(net: PodNet, tables: tuple[Any, ...], cu_is_src: bool) ->
     return float(np.bincount(uniq // nedges, weights=net.edge_bw[uniq % nedges]).max())
 
 
+def _remote_store_zero_load(net: PodNet, access_ns: float, cu: I64, cls: I64, lines: I64) -> dict[str, float]:
+    """A remote store's latency without any wait, part by part, over the routes the jobs took
+    (weighted by lines, as the hops are; ``cls`` as ``build_jobs`` makes it: the store's port in
+    column 3, the remote stack in 4): the sender's chip (CU to I/O port), the scale-up network
+    (the port's cable up to its switch plane and down to the receiver's port of that plane),
+    the receiver's chip (port to HBM stack) and the memory write. What the measured mean adds
+    to their sum is waiting (``queueing`` says where heads waited). Empty without remote stores."""
+    sel = cls[:, 3] >= 0
+    w = lines[sel].astype(np.float64)
+    if w.sum() <= 0:
+        return {}
+    geo = net.geo
+    port, stack = cls[sel, 3], cls[sel, 4]
+    parts = {"sender_chip": geo.cu_port.latency_ns[cu[sel], port],
+             "scale_up": net.edge_lat[net.up + port] + net.edge_lat[net.down + port],
+             "receiver_chip": geo.port_stack.latency_ns[port, stack]}
+    out = {name: float((v * w).sum() / w.sum()) for name, v in parts.items()}
+    out["memory_write"] = float(access_ns)
+    out["total"] = out["sender_chip"] + out["scale_up"] + out["receiver_chip"] + out["memory_write"]
+    return out
+
+
 def _shortest(spec: TopologySpec, net: PodNet) -> _Shortest:
     geo = net.geo
     chip = spec.chip
@@ -903,6 +925,7 @@ def _result(plan: Plan, spec: TopologySpec, size_bytes: int, psize: int, seed: i
         w = lines[sel]
         hops[f"{name}_mean"] = float((h(sel) * w).sum() / w.sum()) if w.sum() > 0 else 0.0
     hops["remote_store_mean"] = hops["remote_store_sender_mean"] + hops["remote_store_receiver_mean"]
+    store_parts = _remote_store_zero_load(net, chip.memory_access_latency_ns, cu, cls, lines)
     # queueing by where heads waited; a grant moves one packet (one line with 256-byte packets)
     grants = np.bincount(net.wait_class, weights=e_grants.sum(axis=0), minlength=len(WAIT_CLASSES))
     waited = np.bincount(net.wait_class, weights=e_wait.sum(axis=0), minlength=len(WAIT_CLASSES))
@@ -931,7 +954,7 @@ def _result(plan: Plan, spec: TopologySpec, size_bytes: int, psize: int, seed: i
         port_queueing_ns_mean=_port_waits(net, e_wait, e_grants),
         link_classes=classes, busiest_links=busiest,
         chip_link_table=_chip_links(net, e_bytes, util, e_wait, e_grants),
-        noc_hops=hops, queueing=queueing,
+        noc_hops=hops, queueing=queueing, remote_store_zero_load_ns=store_parts,
         die_crossing_bytes=int(e_bytes[:, die].sum()), remote_bytes=int(R.stat_f[eng.S_REMOTE_BYTES]),
         landed_bytes=R.landed.copy(), sent_bytes=sent, steps=nn, jobs=njobs, events=int(st.ctr[eng.C_EVENTS]),
         wall_s=time.perf_counter() - started,

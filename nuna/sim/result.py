@@ -196,6 +196,9 @@ class SimResult:
     # how the size splits into the plan's chunks (padding, whether an executor would select
     # the plan at this size): nuna.plan.verify.size_fit, as the replay used it
     size_fit: SizeFit = field(repr=False)
+    # a remote store's latency without waiting, by part (replay._remote_store_zero_load): the
+    # measured mean less their "total" is time spent waiting
+    remote_store_zero_load_ns: dict[str, float] = field(default_factory=dict)
     # windowed scheduling's window (SimOptions.windowed), 0 when events ran in one global order
     window_ns: float = 0.0
     # True when only the trace kept the replay in one queue (windowed by default, unable to
@@ -280,6 +283,7 @@ class SimResult:
             "busbw_gbps": self.busbw_gbps,
             "bus_factor": bus_factor(self.collective, self.ngpus),
             "remote_store_latency_ns": self.remote_store_latency.to_json(),
+            "remote_store_zero_load_ns": self.remote_store_zero_load_ns,
             "io_ports": ports,
             "links": self.link_classes,
             "busiest_links": list(self.busiest_links),

@@ -115,6 +115,7 @@ def test_compare_reports_the_simulation(spec: TopologySpec) -> None:
     assert nap.time_ns == ref.time_ns
     assert nap.speedup == pytest.approx(ua.time_ns / ref.time_ns)
     assert nap.latency_mean_ns == ref.remote_store_latency.mean_ns
+    assert nap.latency_zero_load_ns == ref.remote_store_zero_load_ns["total"] > 0
     assert nap.die_crossing_bytes == ref.die_crossing_bytes
     assert nap.remote_store_sender_hops == ref.noc_hops["remote_store_sender_mean"]
     assert nap.remote_store_receiver_hops == ref.noc_hops["remote_store_receiver_mean"]

@@ -295,3 +295,17 @@ def test_a_plan_error_names_the_file(run_cli, tmp_path: Path, monkeypatch: pytes
     assert res.err.startswith(f"nuna: error: {path}: gpu 0 tb 0 step 0: depid 5 names no threadblock")
     assert res.err.count("\n") == 1
     assert not (tmp_path / "out.xml").exists()
+
+
+def test_simulate_splits_the_remote_store_latency(run_cli, plan_file: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "r.json"
+    res = run_cli("simulate", plan_file, "--size", "1MiB", "--json", out)
+    assert res.code == 0, res.err
+    data = json.loads(out.read_text())
+    mean, parts = data["remote_store_latency_ns"]["mean"], data["remote_store_zero_load_ns"]
+    assert set(parts) == {"sender_chip", "scale_up", "receiver_chip", "memory_write", "total"}
+    assert mean >= parts["total"] > 0
+    assert (f"# remote store latency: mean {mean:.0f} ns = without waiting {parts['total']:.0f} (sender chip "
+            f"{parts['sender_chip']:.0f}, scale-up {parts['scale_up']:.0f}, receiver chip "
+            f"{parts['receiver_chip']:.0f}, memory write {parts['memory_write']:.0f}) + waiting "
+            f"{mean - parts['total']:.0f} ") in res.out

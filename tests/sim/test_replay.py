@@ -81,6 +81,13 @@ def test_uncontended_flit_takes_the_sum_of_its_path_latencies(  # type: ignore[n
     assert res.port_egress_bytes.sum() == 256
     # alone in the network, no head ever waits
     assert sum(q["total"] for q in res.queueing.values()) == pytest.approx(0.0, abs=1e-6)
+    # and the store's zero-load parts are its route's, adding up to its latency
+    parts = res.remote_store_zero_load_ns
+    assert parts["sender_chip"] == pytest.approx(geo.cu_port.latency_ns[cu, port], abs=1e-9)
+    assert parts["scale_up"] == pytest.approx(cable, abs=1e-9)
+    assert parts["receiver_chip"] == pytest.approx(geo.port_stack.latency_ns[port, dst_stack], abs=1e-9)
+    assert parts["memory_write"] == mem
+    assert parts["total"] == pytest.approx(res.remote_store_latency.mean_ns, abs=1e-6)
 
 
 @pytest.fixture(scope="module")
@@ -249,6 +256,14 @@ def test_never_below_the_lower_bound(spec, case: tuple[str, str, int], k: int, k
     # the queueing report accounts for every grant, and no head waits a negative time
     assert sum(q["grants"] for q in res.queueing.values()) == res.events
     assert min(q["total"] for q in res.queueing.values()) >= 0.0
+    # no remote store is faster than its route without waiting: the mean is at least the
+    # zero-load parts' mean, which add up (a plan without remote stores has none)
+    parts = res.remote_store_zero_load_ns
+    if res.remote_store_latency.count:
+        assert res.remote_store_latency.mean_ns >= parts["total"] - 1e-6
+        assert parts["total"] == pytest.approx(sum(v for k, v in parts.items() if k != "total"))
+    else:
+        assert parts == {}
 
 
 def test_same_inputs_same_json(spec) -> None:  # type: ignore[no-untyped-def]
