@@ -192,6 +192,8 @@ def main() -> None:
                         help="where the sweep's topology files are, for --recompute-floors (results name "
                              "them by file name; repeatable; default: the current folder)")
     args = parser.parse_args()
+    if args.topology_dir and not args.recompute_floors:  # it would be ignored
+        parser.error("--topology-dir is for --recompute-floors (the results hold their floors)")
     for folder in args.topology_dir or ():
         if not folder.is_dir():
             parser.error(f"--topology-dir {one_line(str(folder))}: not a folder")

@@ -184,6 +184,7 @@ def _without_nap_nar(sweep: Path, copy: Path) -> Path:
     ("missing folder, recompute", 1, "not a sweep output folder"),
     ("a file", 1, "not a sweep output folder"),
     ("missing topology dir", 2, "--topology-dir"),
+    ("topology dir without recompute", 2, "--topology-dir is for --recompute-floors"),
     ("no floors", 1, "--recompute-floors"),
     ("no pairs", 1, "no point has results of both UA and NAP+NAR"),
 ])
@@ -195,6 +196,7 @@ def test_bad_input_is_one_line(two_topologies: Path, tmp_path: Path, case: str, 
         "a file": lambda: [two_topologies / "index.json"],
         "missing topology dir": lambda: [two_topologies, "--recompute-floors",
                                          "--topology-dir", tmp_path / "nowhere"],
+        "topology dir without recompute": lambda: [two_topologies, "--topology-dir", tmp_path],
         "no floors": lambda: [_without_floors(two_topologies, tmp_path / "old")],
         "no pairs": lambda: [_without_nap_nar(two_topologies, tmp_path / "half")],
     }
