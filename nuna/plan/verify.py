@@ -21,6 +21,7 @@ every message starts ``file:line:``.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -717,8 +718,10 @@ class SizeFit:
 
     The executors select a plan only when the element count divides into its chunks
     (``(count * sizeMultiplier) % nchunksperloop == 0``, ``msccl_lifecycle.cc``, i.e. the whole
-    collective buffer's elements); otherwise the call falls back to NCCL's own algorithms.
-    nuna replays it anyway, with ``padding_bytes`` added over all chunks."""
+    collective buffer's elements) and the size is in the plan's ``minBytes``..``maxBytes``
+    (the current executor's inclusive range, ``maxBytes`` 0 = unlimited: ``in_range``);
+    otherwise the call falls back to NCCL's own algorithms. nuna replays it anyway, with
+    ``padding_bytes`` added over all chunks."""
 
     size_bytes: int
     element_bytes: int
@@ -726,11 +729,21 @@ class SizeFit:
     chunk_bytes: int
     padding_bytes: int
     msccl_selectable: bool
+    min_bytes: int = 0
+    max_bytes: int = 0  # 0: unlimited
+
+    @property
+    def in_range(self) -> bool:
+        return self.min_bytes <= self.size_bytes and (not self.max_bytes or self.size_bytes <= self.max_bytes)
 
     def note(self) -> str | None:
         """One line for the user when an executor would not run the plan at this size."""
         if self.msccl_selectable:
             return None
+        if not self.in_range:
+            top = f"{self.max_bytes} B" if self.max_bytes else "unlimited"
+            return (f"MSCCL would not select this plan at {self.size_bytes} B (outside its "
+                    f"minBytes..maxBytes, {self.min_bytes} B..{top}); nuna replays it all the same")
         if self.size_bytes % self.element_bytes:
             why = f"{self.size_bytes} B is not a whole number of {self.element_bytes}-byte elements"
         else:
@@ -750,9 +763,11 @@ def size_fit(plan: Plan, size_bytes: int, element_bytes: int = 4) -> SizeFit:
         raise UsageError(f"element size must be positive, got {element_bytes}")
     chunk = chunk_bytes_for(plan, size_bytes)
     n = plan.nchunksperloop
-    selectable = size_bytes % element_bytes == 0 and (size_bytes // element_bytes) % n == 0
-    return SizeFit(size_bytes=size_bytes, element_bytes=element_bytes, nchunksperloop=n, chunk_bytes=chunk,
-                   padding_bytes=chunk * n - size_bytes, msccl_selectable=selectable)
+    divides = size_bytes % element_bytes == 0 and (size_bytes // element_bytes) % n == 0
+    fit = SizeFit(size_bytes=size_bytes, element_bytes=element_bytes, nchunksperloop=n, chunk_bytes=chunk,
+                  padding_bytes=chunk * n - size_bytes, msccl_selectable=divides,
+                  min_bytes=max(plan.min_bytes, 0), max_bytes=max(plan.max_bytes, 0))
+    return fit if fit.in_range else dataclasses.replace(fit, msccl_selectable=False)
 
 
 def summarize(plan: Plan, size_bytes: int | None = None) -> PlanSummary:

@@ -4,6 +4,7 @@ used by ``nuna info``."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import replace
 from pathlib import Path
 
@@ -360,6 +361,23 @@ def test_size_fit_follows_the_executors_selection_rule(size: int, element: int, 
         assert ("pads" in note) is (fit.padding_bytes > 0)
     with pytest.raises(UsageError):
         size_fit(plan, size, 0)
+
+
+@pytest.mark.parametrize(("lo", "hi", "size", "selectable"), [
+    (0, 0, 3000, True), (3000, 3000, 3000, True), (3000, 6000, 6000, True),  # inclusive, 0 = unlimited
+    (3003, 0, 3000, False), (0, 2997, 3000, False), (6000, 3000, 4500, False)])
+def test_size_fit_needs_the_size_in_the_plans_byte_range(lo: int, hi: int, size: int,
+                                                         selectable: bool) -> None:
+    # the current executor selects a plan only for minBytes <= size <= maxBytes (reference §4)
+    plan = dataclasses.replace(load(RING), min_bytes=lo, max_bytes=hi)
+    fit = size_fit(plan, size)
+    assert fit.msccl_selectable is selectable
+    note = fit.note()
+    assert (note is None) is selectable
+    if note is not None:
+        top = f"{hi} B" if hi else "unlimited"
+        assert note == (f"MSCCL would not select this plan at {size} B (outside its minBytes..maxBytes, "
+                        f"{lo} B..{top}); nuna replays it all the same")
 
 
 def test_a_chunk_on_several_stacks_is_valid_and_one_stack_twice_warns() -> None:
