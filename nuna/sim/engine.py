@@ -1733,7 +1733,9 @@ Replay = namedtuple(
 P_CUS, P_LIMIT, P_REQ, P_BLOCK, P_SEG_REQ, P_SEG_READ, P_SEG_STORE, P_SEG_OUT, P_SEG_IN, P_SEG_ALU, \
     P_STACKS, P_PORTS, P_LINE, P_CUSRC, P_QDEPTH = range(15)
 # par_f
-F_BIN, F_TRACE_DT, F_WINDOW, F_STOP = range(4)
+# (F_GATHER_PAUSED: nonzero when a caller reads the totals at a pause, as fast-forward does;
+# otherwise a pause leaves them in the domains, so that pauses do not change float sums)
+F_BIN, F_TRACE_DT, F_WINDOW, F_STOP, F_GATHER_PAUSED = range(5)
 # rc counters
 R_JS_FREE, R_PK_FREE, R_READY, R_DONE, R_INIT, R_TR_N, R_LATE, R_LOSTJOB, R_DEFER = range(9)
 NRC = 16
@@ -2294,7 +2296,9 @@ def _gather(st: Any, R: Any, G: int) -> None:
 def replay_loop(net: Any, st: Any, R: Any) -> int:
     """Run the replay until no event is left (done, or deadlocked: the caller checks), until
     the heap needs to grow (``NEED_HEAP``: grow it and call again) or until the next event is
-    at or after ``par_f[F_STOP]`` (``PAUSED``; infinite unless fast-forwarding).
+    at or after ``par_f[F_STOP]`` (``PAUSED``: the driver in :mod:`nuna.sim.fastforward` pauses
+    the loop every fraction of a second, so that Ctrl-C is heard, and fast-forward at every
+    sampling window; a paused loop called again goes on exactly as if it had not paused).
 
     With one event queue (``C_NDOM`` 1) the loop is :func:`_loop_one_queue`; with one queue
     per GPU (windowed scheduling) :func:`_loop_windowed`. Two compiled entry points rather than
@@ -2364,5 +2368,8 @@ def _loop_windowed(net: Any, st: Any, R: Any) -> int:
             break
         end = t0 + width
         _run_window(net, st, R, end)
-    _gather(st, R, G)
+    # the totals the caller reads; at a pause only when asked for: summed in one go at the end,
+    # the domains' float statistics add up the same however often the loop paused
+    if status != PAUSED or R.par_f[F_GATHER_PAUSED] != 0.0:
+        _gather(st, R, G)
     return status

@@ -1,4 +1,10 @@
-"""Fast-forward of steady states: skip the middle of long collectives, replay their ends.
+"""The replay's driver: pauses that let Ctrl-C through, and fast-forward of steady states (skip
+the middle of long collectives, replay their ends).
+
+Without fast-forward the loop still pauses about every :data:`PAUSE_EVERY_S` of wall time (a
+large replay runs in compiled code for minutes, where the interpreter hears no signal): a
+paused loop called again goes on exactly as if it had not paused, so the pauses change no
+result (tested), whatever the machine's speed makes of their simulated times.
 
 A large collective spends most of its time in a steady state: every running step moves its
 lines at a rate that the network, the memory and the CUs' windows set, and the state of the
@@ -23,6 +29,7 @@ statistical shortcut, not a different model. Its error against the full replay i
 from __future__ import annotations
 
 import math
+import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -102,6 +109,34 @@ class _Stats:
     events: float
 
 
+#: wall time between two pauses of the loop without fast-forward, when Ctrl-C is heard
+PAUSE_EVERY_S = 0.25
+#: the shortest stretch of simulated time between two such pauses (a floor for the adaptation:
+#: a stretch with no event in it costs a call and nothing else)
+MIN_PAUSE_NS = 100.0
+
+
+def _run_pausing(net: Any, st: Any, R: Any) -> Any:
+    """Run the replay loop to its end, pausing it about every :data:`PAUSE_EVERY_S` of wall
+    time: each call runs the events before a stop time, whose stretch of simulated time
+    adapts to the last call's wall time (within 1/4x-4x a call, at least
+    :data:`MIN_PAUSE_NS`). A pause leaves the windowed loop's totals in its domains
+    (``F_GATHER_PAUSED`` 0), so the sums are those of a run without pauses."""
+    stretch = 1000.0
+    stop = 0.0
+    while True:
+        stop += stretch
+        R.par_f[eng.F_STOP] = stop
+        started = time.perf_counter()
+        st, status = _loop(net, st, R)
+        if status == eng.DONE:
+            break
+        took = time.perf_counter() - started
+        stretch = max(MIN_PAUSE_NS, stretch * min(4.0, max(0.25, PAUSE_EVERY_S / max(took, 1e-9))))
+    R.par_f[eng.F_STOP] = np.inf
+    return st
+
+
 def _stats(st: Any, R: Any, t_ns: float) -> _Stats:
     return _Stats(t_ns, st.ef[:, eng.EF_BUSY].copy(), st.ei[:, eng.EI_PKTS].astype(np.float64),
                   st.ewait.copy(), R.hist.copy(), R.stat_f.copy(), float(st.ctr[eng.C_EVENTS]))
@@ -127,9 +162,9 @@ def run(net: Any, st: Any, R: Any, n_job_ptr: I64,
     passed :meth:`FastForward.check`. ``R.par_f[F_STOP]`` starts infinite (no pause) and is
     left so."""
     if params is None:
-        st, _ = _loop(net, st, R)
-        return st, ()
+        return _run_pausing(net, st, R), ()
     S = params.window_ns
+    R.par_f[eng.F_GATHER_PAUSED] = 1.0  # the statistics are read at every pause
     ends = n_job_ptr[1:]
     total = np.diff(n_job_ptr)
     skips: list[Skip] = []
@@ -192,6 +227,7 @@ def run(net: Any, st: Any, R: Any, n_job_ptr: I64,
         span = []
         recent.clear()
     R.par_f[eng.F_STOP] = np.inf
+    R.par_f[eng.F_GATHER_PAUSED] = 0.0
     return st, tuple(skips)
 
 

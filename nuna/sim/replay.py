@@ -619,7 +619,7 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *,
     down_ids = (np.arange(ngpus)[:, None] * net.block + net.down + np.arange(chip.io_ports)[None, :]).ravel()
     tr_edges = np.concatenate([up_ids, down_ids]) if trace else np.zeros(0, dtype=np.int64)
     nsamples = opts.trace_samples if trace else 1
-    par_f = np.array([opts.hist_bin_ns, max(1.0, lower / 200.0) if trace else 0.0, window_ns, np.inf],
+    par_f = np.array([opts.hist_bin_ns, max(1.0, lower / 200.0) if trace else 0.0, window_ns, np.inf, 0.0],
                      dtype=np.float64)
     stat_f = np.zeros(8, dtype=np.float64)
     slots = pools.slots
