@@ -261,7 +261,9 @@ def simulate(
                f"packets of {res.packet_bytes} B")
     typer.echo(f"#{'size':>12} {'count':>12} {'type':>6} {'time':>10} {'algbw':>8} {'busbw':>8}")
     typer.echo(f"#{'(B)':>12} {'(elements)':>12} {'':>6} {'(us)':>10} {'(GB/s)':>8} {'(GB/s)':>8}")
-    typer.echo(f" {size_bytes:>12} {size_bytes // 4:>12} {'float':>6} {res.time_ns / 1000:>10.2f} "
+    # nccl-tests' count column is its paramcount: per rank, but for allreduce the whole buffer
+    count = size_bytes // 4 if plan.collective.value == "allreduce" else size_bytes // 4 // plan.ngpus
+    typer.echo(f" {size_bytes:>12} {count:>12} {'float':>6} {res.time_ns / 1000:>10.2f} "
                f"{res.algbw_gbps:>8.2f} {res.busbw_gbps:>8.2f}")
     busiest, where = _busiest_port(res)
     typer.echo(f"# {format_size(size_bytes)}: {res.time_ns:.1f} ns "

@@ -28,7 +28,7 @@ def test_simulate_prints_row_and_writes_files(run_cli, plan_file: Path, tmp_path
     size, count, kind, time_us, algbw, busbw = rows[0].split()
     data = json.loads(out.read_text())
     assert int(size) == data["size_bytes"] == 256_000
-    assert int(count) == 256_000 // 4
+    assert int(count) == 256_000 // 4 // 4  # nccl-tests' count of an allgather: per rank
     assert kind == "float"
     assert float(time_us) == pytest.approx(data["time_ns"] / 1000, abs=0.01)
     assert float(busbw) == pytest.approx(float(algbw) * 3 / 4, abs=0.02)
@@ -309,3 +309,17 @@ def test_simulate_splits_the_remote_store_latency(run_cli, plan_file: Path, tmp_
             f"{parts['sender_chip']:.0f}, scale-up {parts['scale_up']:.0f}, receiver chip "
             f"{parts['receiver_chip']:.0f}, memory write {parts['memory_write']:.0f}) + waiting "
             f"{mean - parts['total']:.0f} ") in res.out
+
+
+@pytest.mark.parametrize(("collective", "per_rank"), [
+    ("allreduce", False), ("reducescatter", True), ("alltoall", True)])
+def test_simulate_count_column_is_nccl_tests(run_cli, tmp_path: Path, collective: str,  # type: ignore[no-untyped-def]
+                                             per_rank: bool) -> None:
+    # nccl-tests prints its paramcount: elements per rank, the whole buffer's for allreduce
+    path = tmp_path / f"{collective}.xml"
+    save(generate(collective, 4), path)
+    res = run_cli("simulate", path, "--size", "64KiB")
+    assert res.code == 0, res.err
+    size, count = next(line for line in res.out.splitlines() if not line.startswith("#")).split()[:2]
+    assert int(size) == 65536
+    assert int(count) == (65536 // 4 // 4 if per_rank else 65536 // 4)
