@@ -281,6 +281,8 @@ def _check_header(plan: Plan, f: _Findings) -> None:
                "is exclusive, never selects the plan (the current one selects it at exactly that size)")
     if not plan.inplace and not plan.outofplace:
         f.warn(f"{at}<algo>: inplace=0 and outofplace=0: the plan is never selected")
+    if plan.collective is Collective.CUSTOM:
+        f.note(f"{at}<algo>: coll=\"custom\" is the old executor's; the current executor does not accept it")
     if plan.coll_spelling == "reduce_scatter":
         f.note(f"{at}<algo>: coll=\"reduce_scatter\" is the old executor's spelling; the current executor "
                "expects \"reducescatter\"")

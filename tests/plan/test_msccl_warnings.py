@@ -72,6 +72,9 @@ CASES = {
     "minBytes-equal-maxBytes": (tiny(minBytes=4096, maxBytes=4096), (
         (NOTE, "<algo>: minBytes = maxBytes = 4096: the old MSCCL executor, whose maxBytes is exclusive, "
                "never selects the plan (the current one selects it at exactly that size)"),)),
+    "custom-collective": (tiny(coll="custom"), (
+        (NOTE, '<algo>: coll="custom" is the old executor\'s; the current executor does not accept it'),
+        (NOTE, "collective custom: no postcondition modelled; data flow checked for races only"))),
     "neither-in-nor-out-of-place": (tiny(outofplace=0), (
         (WARN, "<algo>: inplace=0 and outofplace=0: the plan is never selected"),
         (NOTE, "plan is marked neither in-place nor out-of-place; checked as out-of-place"))),
