@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from nuna.errors import InputError, UsageError
 from nuna.experiments.spec import (
+    PLAN_TBS_PER_PEER,
     SweepSpec,
     canonical_json,
     check_spec_inputs,
@@ -637,8 +638,11 @@ def _render_fig13(fig: Figure, data: Mapping[str, Any]) -> None:
                         xs.append(g - 0.4 + width * (t + 0.5))
                         ys.append(r["speedup"])
             per_gpu = k * (max((r["gpus"] for r in rows), default=2) - 1)
+            # points of plan files ([grid] plans) have their plans' own threadblocks, no count per peer
+            label = (f"{per_gpu} threadblocks per GPU ({k} per peer)" if k != PLAN_TBS_PER_PEER
+                     else "the plan files' threadblocks")
             ax.bar(xs, ys, width=width, color=palette[t % len(palette)], edgecolor="black", linewidth=0.3,
-                   label=f"{per_gpu} threadblocks per GPU ({k} per peer)")
+                   label=label)
         ax.axhline(1.0, color="black", linewidth=0.6, linestyle="--")
         ax.set_xticks(range(len(grans)), [str(g) for g in grans])
         ax.set_xlabel("NAR granularity (number of NAR domains)")

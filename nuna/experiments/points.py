@@ -1,14 +1,16 @@
 """Point functions: turn one sweep point (a plain dict of inputs) into one result dict.
 
-:func:`simulate_point` is the default point function of a sweep: generate the plan, apply the
-configuration's passes, replay it on the topology and return the simulator's JSON. The layers
-it needs are imported when a point runs, not when this module is imported, so the sweep runner
-works (and can be tested) before every layer exists; a missing layer is a clear
-:class:`~nuna.errors.SimulationError` recorded as that point's failure.
+:func:`simulate_point` is the default point function of a sweep: generate the plan (or read it
+from the point's plan file: ``[grid] plans``), apply the configuration's passes, replay it on
+the topology and return the simulator's JSON. The layers it needs are imported when a point
+runs, not when this module is imported, so the sweep runner works (and can be tested) before
+every layer exists; a missing layer is a clear :class:`~nuna.errors.SimulationError` recorded
+as that point's failure.
 
 Interfaces used:
 
-- ``nuna.plan.generate.generate(collective, ngpus, *, algo, tbs_per_peer) -> Plan``
+- ``nuna.plan.generate.generate(collective, ngpus, *, algo, tbs_per_peer) -> Plan``, or for a
+  point with ``plan`` ``nuna.plan.xml.load(path) -> Plan``
 - ``nuna.topology.spec.load_topology(name_or_path) -> TopologySpec``
 - ``nuna.passes.PassContext(topology, size_bytes)`` and
   ``nuna.passes.apply_config(plan, config, ctx, nar_granularity, *, seed) -> Plan``
@@ -25,7 +27,7 @@ import importlib
 import inspect
 from typing import Any
 
-from nuna.errors import SimulationError, UsageError
+from nuna.errors import InputError, SimulationError, UsageError
 from nuna.experiments.executors import TIMING_KEY
 from nuna.experiments.spec import HEURISTIC
 
@@ -63,14 +65,31 @@ def point_sim_options(point: dict[str, Any]) -> dict[str, Any]:
     return options
 
 
+def _plan(point: dict[str, Any]) -> Any:
+    """The point's plan: its plan file's (``plan``), else generated."""
+    path = point.get("plan")
+    if path is None:
+        generate = _require("nuna.plan.generate", "generate")
+        return generate(point["collective"], int(point["gpus"]), algo=point["algo"],
+                        tbs_per_peer=int(point["tbs_per_peer"]))
+    plan = _require("nuna.plan.xml", "load")(path)
+    # the point took both from the file when the spec was read: an edited file is another plan
+    found = (plan.collective.value, plan.ngpus)
+    if found != (point["collective"], int(point["gpus"])):
+        raise InputError(f"{path}: a plan for {found[0]} on {found[1]} GPUs, but the point is "
+                         f"{point['collective']} on {point['gpus']} GPUs (the file changed since the spec "
+                         "was read: load it again)")
+    return plan
+
+
 def simulate_point(point: dict[str, Any]) -> dict[str, Any]:
     """Simulate one point of a sweep (keys as in :meth:`nuna.experiments.spec.Point.as_dict`).
 
     The result is the simulator's JSON with ``wall_s`` moved under ``timing``, plus
     ``nar_granularity_used``: the number of NAR domains the configuration ended up with
-    (``null`` without NAR).
+    (``null`` without NAR). A point with ``plan`` replays that plan file (its own placement, if
+    any, replaced by the configuration's) instead of a generated plan.
     """
-    generate = _require("nuna.plan.generate", "generate")
     load_topology = _require("nuna.topology.spec", "load_topology")
     pass_context = _require("nuna.passes", "PassContext")
     apply_config = _require("nuna.passes", "apply_config")
@@ -79,8 +98,7 @@ def simulate_point(point: dict[str, Any]) -> dict[str, Any]:
     size_bytes = int(point["size_bytes"])
     seed = int(point["seed"])
     topology = load_topology(point["topology"])
-    plan = generate(point["collective"], int(point["gpus"]), algo=point["algo"],
-                    tbs_per_peer=int(point["tbs_per_peer"]))
+    plan = _plan(point)
     plan = apply_config(plan, point["config"], pass_context(topology, size_bytes), _granularity(point),
                         seed=seed)
 

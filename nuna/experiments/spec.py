@@ -10,6 +10,10 @@ a documented, deterministic order; a point's identity (:func:`point_id`) is a ha
 inputs, the point function and the nuna version, so a result file can be found again by anyone
 who holds the same inputs.
 
+A grid either generates its plans (``collectives`` x ``gpus`` x ``tbs_per_peer`` with ``[fixed]
+algo``: ``nuna.plan.generate``) or sweeps plan files (``plans``: hand-written or compiler-made
+MSCCL XML), each point taking its collective and pod from its file.
+
 The format is documented in ``docs/sweeps.md``.
 """
 
@@ -23,20 +27,26 @@ import json
 import math
 import re
 import tomllib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from nuna import __version__
 from nuna.errors import InputError, NunaError, UsageError
 from nuna.fsutil import looks_like_path, read_input
+from nuna.text import one_line
 from nuna.units import format_size, parse_size
+
+if TYPE_CHECKING:  # the plan layer (lxml, numpy) loads only for specs that name plan files
+    from nuna.plan.ir import Plan
 
 #: ``nuna.topology.spec.TOPOLOGY_FILE_SUFFIX`` (a test checks they agree): not imported, so that
 #: expanding a spec and naming its points do not load the topology layer (networkx and all);
 #: only :func:`check_spec_inputs` does
 _TOPOLOGY_FILE_SUFFIX = ".toml"
+#: ``nuna.plan.xml.MAX_PLAN_BYTES``, for the same reason (a test checks they agree)
+_MAX_PLAN_BYTES = 64 * 2**20
 
 
 def _is_topology_path(topology: str) -> bool:
@@ -59,28 +69,74 @@ def recorded_topology_file(record: Mapping[str, Any], folders: Sequence[str | Pa
     """The path of the topology file a result record names by its file name
     (:func:`portable_topology`): the first ``folders`` entry holding a file of that name whose
     bytes give the record's id (:func:`point_id`), so that a file edited since, or another of
-    the same name, is never taken for it. A shipped name is returned as it is. ``InputError``
-    when no folder holds it."""
-    point = record["point"]
-    topology = str(point["topology"])
+    the same name, is never taken for it. A shipped name is returned as it is. A record of a
+    plan file's point (``plan``) holds that file's bytes in its id too: it is looked for in
+    ``folders`` as well (:func:`recorded_plan_file`). ``InputError`` when no folder holds it."""
+    topology = str(record["point"]["topology"])
     if not _is_topology_path(topology):
         return topology
-    name = Path(topology).name
-    for folder in folders:
-        candidate = Path(folder) / name
-        digest = topology_file_sha256(str(candidate))
-        if digest not in (None, "missing") and point_id(
-                point, str(record["point_function"]), str(record["nuna_version"]), digest) == record["id"]:
-            return str(candidate)
+    return _recorded_files(record, folders, "topology")[0]
+
+
+def recorded_plan_file(record: Mapping[str, Any], folders: Sequence[str | Path]) -> str | None:
+    """The path of the plan file a result record names by its file name (``plan``: a point of a
+    ``[grid] plans`` sweep), found as :func:`recorded_topology_file` finds a topology file (a
+    topology file of the record is looked for in ``folders`` as well); ``None`` for a record of
+    a generated plan. ``InputError`` when no folder holds it."""
+    if record["point"].get("plan") is None:
+        return None
+    return _recorded_files(record, folders, "plan")[1]
+
+
+def _recorded_files(record: Mapping[str, Any], folders: Sequence[str | Path],
+                    wanted: str) -> tuple[str, str | None]:
+    """The topology (a path, or a shipped name) and the plan file (``None``: a generated plan)
+    whose bytes give ``record``'s id, each file looked for by its file name in ``folders``."""
+    point = record["point"]
+    topology = str(point["topology"])
+    plan = point.get("plan")
+
+    def found(name: str, digest_of: Callable[[str], str | None]) -> list[tuple[str, str | None]]:
+        out: list[tuple[str, str | None]] = []
+        for folder in folders:
+            candidate = str(Path(folder) / Path(name).name)
+            digest = digest_of(candidate)
+            if digest not in (None, "missing"):
+                out.append((candidate, digest))
+        return out
+
+    topologies = (found(topology, topology_file_sha256) if _is_topology_path(topology)
+                  else [(topology, None)])
+    plans: list[tuple[str | None, str | None]] = (
+        [(None, None)] if plan is None else list(found(str(plan), plan_file_sha256)))
+    for (topology_path, topology_digest), (plan_path, plan_digest) in itertools.product(topologies, plans):
+        if point_id(point, str(record["point_function"]), str(record["nuna_version"]), topology_digest,
+                    plan_digest) == record["id"]:
+            return topology_path, plan_path
     where = ", ".join(str(f) for f in folders) or "no folder"
-    raise InputError(f"result {record['id']}: topology file {name} with the bytes it was computed with "
-                     f"is not in {where}")
+    name = Path(topology).name if wanted == "topology" else Path(str(plan)).name
+    other = ""
+    if wanted == "topology" and plan is not None:
+        other = f" (with plan file {Path(str(plan)).name})"
+    elif wanted == "plan" and _is_topology_path(topology):
+        other = f" (with topology file {Path(topology).name})"
+    raise InputError(f"result {record['id']}: {wanted} file {name} with the bytes it was computed with "
+                     f"is not in {where}{other}")
 
 
 #: The point function used when a spec does not name one.
 DEFAULT_POINT_FUNCTION = "nuna.experiments.points:simulate_point"
 #: the point function of Fig 14's sweep: the collective beside a GEMM (``gemm_sizes``)
 GEMM_POINT_FUNCTION = "nuna.experiments.gemm:gemm_point"
+
+#: ``tbs_per_peer`` of a point whose plan is a file (``[grid] plans``): its threadblocks are the
+#: plan's own, so no count per peer applies (labels and figures print none)
+PLAN_TBS_PER_PEER = 0
+#: ``algo`` of such a point: no generator made its plan
+PLAN_ALGO = "plan"
+#: ``[grid]`` keys that a spec with ``[grid] plans`` does not take (nor ``[fixed] algo``): each
+#: plan file gives its points their collective (``coll``), pod (``ngpus``) and threadblocks
+_GENERATOR_KEYS = ("collectives", "gpus", "tbs_per_peer")
 
 #: Collectives the plan generators provide (``reduce_scatter`` is accepted as a spelling).
 COLLECTIVES: tuple[str, ...] = ("allgather", "allreduce", "reducescatter", "alltoall")
@@ -103,9 +159,11 @@ HEURISTIC = "heuristic"
 _SECTIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     # section: (required keys, optional keys)
     "sweep": (frozenset(), frozenset({"name", "point_function"})),
+    # collectives and gpus are required too unless plans is given (_check_keys)
     "grid": (
-        frozenset({"collectives", "gpus", "sizes", "configs"}),
-        frozenset({"nar_granularities", "tbs_per_peer", "topologies", "gemm_sizes", "also"}),
+        frozenset({"sizes", "configs"}),
+        frozenset({"collectives", "gpus", "nar_granularities", "tbs_per_peer", "topologies", "gemm_sizes",
+                   "also", "plans"}),
     ),
     "fixed": (frozenset(), frozenset({"algo", "packet_bytes", "max_packet_bytes", "seed", "windowed",
                                       "fast_forward", "line_setups"})),
@@ -113,9 +171,9 @@ _SECTIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
 
 #: grid axes: spec-file key -> SweepSpec field, in expansion order (outermost first)
 GRID_AXES: dict[str, str] = {
-    "topologies": "topologies", "collectives": "collectives", "gpus": "gpus", "sizes": "sizes_bytes",
-    "configs": "configs", "nar_granularities": "nar_granularities", "tbs_per_peer": "tbs_per_peer",
-    "gemm_sizes": "gemm_bytes",
+    "topologies": "topologies", "plans": "plans", "collectives": "collectives", "gpus": "gpus",
+    "sizes": "sizes_bytes", "configs": "configs", "nar_granularities": "nar_granularities",
+    "tbs_per_peer": "tbs_per_peer", "gemm_sizes": "gemm_bytes",
 }
 
 # Far beyond the paper's 64 GPUs; catches a unit slip such as gpus = 8000000.
@@ -127,6 +185,24 @@ T = TypeVar("T")
 def config_uses_nar(config: str) -> bool:
     """True for configurations that route with NAR (and so take a NAR granularity)."""
     return config.endswith("+NAR")
+
+
+def portable_plan(path: str) -> str:
+    """How a point records a plan file (``[grid] plans``): by its file name, as
+    :func:`portable_topology` records a topology file (its bytes are hashed apart:
+    :func:`point_id`)."""
+    return Path(path).name
+
+
+@dataclass(frozen=True, slots=True)
+class PlanFile:
+    """One ``[grid] plans`` value: the plan file's path (absolute when the spec came from a file)
+    and what its header declares, which its points take: the collective (``coll``, in the
+    spelling of :data:`COLLECTIVES` where it is one of them) and the pod (``ngpus``)."""
+
+    path: str
+    collective: str
+    gpus: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +222,9 @@ class Point:
     shortcut, so a point of its own). ``line_setups`` names the router head set-ups behind a
     packet of several lines (``nuna.sim.SimOptions.line_setups``; ``None``: the simulator's
     default): another model of coarse packets, so a set rule is a point of its own.
+
+    :attr:`plan` is ``None``: the point's plan is generated. A point of a plan file is a
+    :class:`PlanPoint`.
     """
 
     collective: str
@@ -164,10 +243,17 @@ class Point:
     fast_forward: bool = False
     line_setups: str | None = None
 
+    @property
+    def plan(self) -> str | None:
+        """The path of the plan file the point replays (:class:`PlanPoint`), ``None`` for a
+        generated plan."""
+        return None
+
     def as_dict(self) -> dict[str, Any]:
-        # "windowed", "max_packet_bytes", "fast_forward" and "line_setups" only when set, so
-        # that points without them keep their ids
+        # "windowed", "max_packet_bytes", "fast_forward", "line_setups" and "plan" only when
+        # set, so that points without them keep their ids
         return {**({"windowed": self.windowed} if self.windowed is not None else {}),
+            **({"plan": self.plan} if self.plan is not None else {}),
             **({"max_packet_bytes": self.max_packet_bytes} if self.max_packet_bytes is not None else {}),
             **({"fast_forward": True} if self.fast_forward else {}),
             **({"line_setups": self.line_setups} if self.line_setups is not None else {}),
@@ -186,15 +272,20 @@ class Point:
 
     def record(self) -> dict[str, Any]:
         """:meth:`as_dict` as a sweep records and hashes it: the topology by
-        :func:`portable_topology` (the point function gets :meth:`as_dict`, with the file's path)."""
-        return {**self.as_dict(), "topology": portable_topology(self.topology)}
+        :func:`portable_topology`, a plan file by its file name (:func:`portable_plan`); the point
+        function gets :meth:`as_dict`, with the files' paths."""
+        recorded = {**self.as_dict(), "topology": portable_topology(self.topology)}
+        if self.plan is not None:
+            recorded["plan"] = portable_plan(self.plan)
+        return recorded
 
     def label(self) -> str:
         """A short human description for progress lines and failure lists."""
         parts = [self.collective, f"{self.gpus}gpu", format_size(self.size_bytes), self.config]
         if self.nar_granularity is not None:
             parts.append(f"G={self.nar_granularity}")
-        parts.append(f"K={self.tbs_per_peer}")
+        # a plan file's point has the plan's own threadblocks: its file, not a K, says which
+        parts.append(f"K={self.tbs_per_peer}" if self.plan is None else f"plan={portable_plan(self.plan)}")
         if self.gemm_bytes:
             parts.append(f"gemm={format_size(self.gemm_bytes)}")
         parts.append(portable_topology(self.topology))
@@ -210,6 +301,21 @@ class Point:
 
 
 @dataclass(frozen=True, slots=True)
+class PlanPoint(Point):
+    """A point whose plan is a file (``[grid] plans``) at path ``plan``: its ``collective`` and
+    ``gpus`` are the file's (``coll``, ``ngpus``), its ``tbs_per_peer`` is
+    :data:`PLAN_TBS_PER_PEER` (0: the plan's own threadblocks) and its ``algo``
+    :data:`PLAN_ALGO` (``"plan"``). :meth:`Point.as_dict` gives ``plan`` the path,
+    :meth:`Point.record` the file name.
+
+    A class of its own rather than a field of :class:`Point` that is ``None`` elsewhere, so that
+    a :class:`Point`'s fields stay exactly the keys of its :meth:`~Point.as_dict` with every
+    setting set (what keeps a point's id a function of its fields)."""
+
+    plan: str = field(kw_only=True)
+
+
+@dataclass(frozen=True, slots=True)
 class GridPatch:
     """One ``[[grid.also]]`` table: the axes it replaces in the main grid (spec-file keys, with
     validated values in the file's order); every other axis is the main grid's."""
@@ -221,14 +327,26 @@ class GridPatch:
 
 
 def _portable_axis(key: str, values: Sequence[Any]) -> list[Any]:
-    """An axis's values as an index records them (topology files by file name)."""
-    return [portable_topology(v) for v in values] if key == "topologies" else list(values)
+    """An axis's values as an index records them (topology and plan files by file name)."""
+    if key == "topologies":
+        return [portable_topology(v) for v in values]
+    if key == "plans":
+        return [portable_plan(v.path) for v in values]
+    return list(values)
+
+
+def _grid_axes(grid: SweepSpec) -> tuple[str, ...]:
+    """The spec-file keys of the axes ``grid`` expands: ``plans`` in place of the generator's
+    ``collectives``, ``gpus`` and ``tbs_per_peer`` when it has plan files, else those."""
+    left_out = _GENERATOR_KEYS if grid.plans else ("plans",)
+    return tuple(key for key in GRID_AXES if key not in left_out)
 
 
 @dataclass(frozen=True, slots=True)
 class SweepSpec:
     """A validated sweep: the grid's value lists (in the file's order), the grids joined to it
-    (``also``: each the main grid with some axes replaced) and the fixed settings.
+    (``also``: each the main grid with some axes replaced) and the fixed settings. ``plans``
+    set, each point's plan is one of those files instead of a generated one.
 
     ``source`` (the file the spec came from) is for messages only and takes no part in equality.
     """
@@ -243,6 +361,9 @@ class SweepSpec:
     tbs_per_peer: tuple[int, ...] = (1,)
     topologies: tuple[str, ...] = ("nuna-4die",)
     gemm_bytes: tuple[int, ...] = (0,)
+    #: plan files swept in place of generated plans (``[grid] plans``); when set, the generator's
+    #: ``collectives``, ``gpus`` and ``tbs_per_peer`` (empty then) take no part in the expansion
+    plans: tuple[PlanFile, ...] = ()
     algo: str = "direct"
     packet_bytes: int | str = 256
     seed: int = 0
@@ -265,8 +386,10 @@ class SweepSpec:
 
     def to_json(self) -> dict[str, Any]:
         """The normalised spec as plain JSON data (recorded in the sweep's index)."""
-        grid: dict[str, Any] = {attr: _portable_axis(key, getattr(self, attr))
-                                for key, attr in GRID_AXES.items()}
+        # "plans" only when set, so that other specs keep their index bytes; the axes it replaces
+        # are then left out (each plan file gives them)
+        grid: dict[str, Any] = {GRID_AXES[key]: _portable_axis(key, getattr(self, GRID_AXES[key]))
+                                for key in _grid_axes(self)}
         if self.also:  # absent otherwise, so specs without it keep their index bytes
             grid["also"] = [patch.to_json() for patch in self.also]
         return {
@@ -283,10 +406,11 @@ def canonical_json(payload: Any) -> str:
 
 
 def point_id(point: Mapping[str, Any], point_function: str, version: str = __version__,
-             topology_sha256: str | None = None) -> str:
+             topology_sha256: str | None = None, plan_sha256: str | None = None) -> str:
     """Identity of a point's result: a hash of its inputs, the point function and nuna's version,
     and, for a topology given as a file, the file's bytes (``topology_sha256``): a file can be
-    edited under the same path, a shipped topology changes only with nuna's version.
+    edited under the same path, a shipped topology changes only with nuna's version. A point
+    of a plan file (``[grid] plans``) adds the file's bytes the same way (``plan_sha256``).
 
     Sixteen hex digits (64 bits) keep file names short; a collision within one sweep of even a
     million points has a probability below 10^-7.
@@ -294,6 +418,8 @@ def point_id(point: Mapping[str, Any], point_function: str, version: str = __ver
     payload = {"nuna_version": version, "point": dict(point), "point_function": point_function}
     if topology_sha256 is not None:  # absent otherwise, so shipped topologies keep their ids
         payload["topology_sha256"] = topology_sha256
+    if plan_sha256 is not None:  # absent otherwise, so points of generated plans keep their ids
+        payload["plan_sha256"] = plan_sha256
     return hashlib.sha256(canonical_json(payload).encode("utf-8")).hexdigest()[:POINT_ID_DIGITS]
 
 
@@ -319,12 +445,22 @@ def topology_file_sha256(topology: str) -> str | None:
         return "missing"
 
 
+def plan_file_sha256(path: str) -> str:
+    """SHA-256 of a plan file's bytes (``"missing"`` for a file that cannot be read or is larger
+    than a plan file may be, whose points then fail with the loader's message)."""
+    try:
+        return hashlib.sha256(read_input(path, "plan file", limit_bytes=_MAX_PLAN_BYTES)).hexdigest()
+    except NunaError:
+        return "missing"
+
+
 def expand(spec: SweepSpec) -> tuple[Point, ...]:
     """Every point of the spec's grids, without duplicates, in a deterministic order.
 
     The main grid's points come first, then each ``also`` grid's in the file's order, less the
     points already listed. Within a grid, dimensions nest in this order (outermost first):
-    topologies, collectives, gpus, sizes, configs, nar_granularities, tbs_per_peer, gemm_sizes;
+    topologies, collectives, gpus, sizes, configs, nar_granularities, tbs_per_peer, gemm_sizes
+    (a grid of plan files: topologies, plans, sizes, configs, nar_granularities, gemm_sizes);
     within a dimension the file's order is kept. A configuration without NAR takes no
     granularity, so its points are generated once (with ``nar_granularity = None``) rather than
     once per granularity.
@@ -340,28 +476,39 @@ def expand(spec: SweepSpec) -> tuple[Point, ...]:
 
 
 def _expand_one(spec: SweepSpec) -> list[Point]:
+    # (topology, collective, gpus, size, config, granularity, tbs_per_peer, gemm, plan), in the
+    # documented nesting: a plan file stands where the generator's collective and pod are
+    combos: Iterable[tuple[str, str, int, int, str, int | str, int, int, str | None]]
+    if spec.plans:
+        combos = ((topology, plan.collective, plan.gpus, size, config, nar, PLAN_TBS_PER_PEER, gemm,
+                   plan.path)
+                  for topology, plan, size, config, nar, gemm in itertools.product(
+                      spec.topologies, spec.plans, spec.sizes_bytes, spec.configs, spec.nar_granularities,
+                      spec.gemm_bytes))
+    else:
+        combos = ((*values, None) for values in itertools.product(
+            spec.topologies, spec.collectives, spec.gpus, spec.sizes_bytes, spec.configs,
+            spec.nar_granularities, spec.tbs_per_peer, spec.gemm_bytes))
     points: list[Point] = []
-    for topology, collective, gpus, size, config, nar, tbs, gemm in itertools.product(
-        spec.topologies, spec.collectives, spec.gpus, spec.sizes_bytes, spec.configs,
-        spec.nar_granularities, spec.tbs_per_peer, spec.gemm_bytes,
-    ):
-        point = Point(
-            collective=collective,
-            gpus=gpus,
-            size_bytes=size,
-            config=config,
-            nar_granularity=nar if config_uses_nar(config) else None,
-            tbs_per_peer=tbs,
-            topology=topology,
-            gemm_bytes=gemm,
-            algo=spec.algo,
-            packet_bytes=spec.packet_bytes,
-            seed=spec.seed,
-            windowed=spec.windowed,
-            max_packet_bytes=spec.max_packet_bytes,
-            fast_forward=spec.fast_forward,
-            line_setups=spec.line_setups,
-        )
+    for topology, collective, gpus, size, config, nar, tbs, gemm, plan in combos:
+        inputs: dict[str, Any] = {
+            "collective": collective,
+            "gpus": gpus,
+            "size_bytes": size,
+            "config": config,
+            "nar_granularity": nar if config_uses_nar(config) else None,
+            "tbs_per_peer": tbs,
+            "topology": topology,
+            "gemm_bytes": gemm,
+            "algo": spec.algo if plan is None else PLAN_ALGO,
+            "packet_bytes": spec.packet_bytes,
+            "seed": spec.seed,
+            "windowed": spec.windowed,
+            "max_packet_bytes": spec.max_packet_bytes,
+            "fast_forward": spec.fast_forward,
+            "line_setups": spec.line_setups,
+        }
+        point = Point(**inputs) if plan is None else PlanPoint(**inputs, plan=plan)
         points.append(point)
     return points
 
@@ -408,13 +555,22 @@ def parse_sweep_spec(
     name = _name(sweep.get("name", default_name), source, default="name" not in sweep)
     point_function = _point_function(sweep.get("point_function", DEFAULT_POINT_FUNCTION), source)
 
+    has_plans = "plans" in grid
+    if has_plans:
+        _check_plan_grid(grid, fixed, point_function, source)
     convert = _axis_converters(base_dir)
     defaults: dict[str, list[Any] | None] = {
         "collectives": None, "gpus": None, "sizes": None, "configs": None,
         "nar_granularities": [HEURISTIC], "tbs_per_peer": [1], "topologies": ["nuna-4die"], "gemm_sizes": [0],
     }
-    axes = {GRID_AXES[key]: _value_list(grid, key, default, convert[key], source, "[grid]")
-            for key, default in defaults.items()}
+    if has_plans:  # the plan files give what the generator's keys would
+        defaults = {key: value for key, value in defaults.items() if key not in _GENERATOR_KEYS}
+        defaults["plans"] = None
+    axes: dict[str, Any] = {GRID_AXES[key]: _value_list(grid, key, default, convert[key], source, "[grid]")
+                            for key, default in defaults.items()}
+    if has_plans:
+        axes |= {GRID_AXES[key]: () for key in _GENERATOR_KEYS}
+        _check_no_gemm(axes["gemm_bytes"], source, "[grid]")
     packet_bytes = _packet_bytes(fixed.get("packet_bytes", 256), source)
     spec = SweepSpec(
         name=name,
@@ -428,11 +584,11 @@ def parse_sweep_spec(
         fast_forward=_flag(fixed.get("fast_forward", False), source, "[fixed] fast_forward"),
         line_setups=None if "line_setups" not in fixed else _choice(fixed["line_setups"], LINE_SETUPS, source,
                                                                   "[fixed] line_setups"),
-        also=_grid_patches(grid.get("also", []), convert, source),
+        also=_grid_patches(grid.get("also", []), convert, source, has_plans),
         source=source,
     )
     # checked before expand() lists them: 135 M points of an 18 kB spec took 94 s to fail on memory
-    bound = sum(math.prod(len(getattr(g, axis)) for axis in GRID_AXES.values()) for g in spec.grids())
+    bound = sum(math.prod(len(getattr(g, GRID_AXES[key])) for key in _grid_axes(g)) for g in spec.grids())
     if bound > MAX_POINTS:
         raise _fail(source, "[grid]", f"up to {bound:,} points, more than the {MAX_POINTS:,} a sweep "
                     "may have (split it into several specs)")
@@ -443,7 +599,46 @@ def parse_sweep_spec(
         if other != topology:
             raise _fail(source, "[grid] topologies", f"{other} and {topology} have the same file name; "
                         "results name a topology file by its file name, so rename one")
+    # and a plan file by its file name (portable_plan)
+    plan_axes = [("[grid]", spec.plans)] + [(f"[[grid.also]] #{i + 1}", values)
+                                           for i, patch in enumerate(spec.also)
+                                           for key, values in patch.axes if key == "plans"]
+    plan_files: dict[str, str] = {}
+    for table, plans in plan_axes:
+        for plan in plans:
+            other = plan_files.setdefault(portable_plan(plan.path), plan.path)
+            if other != plan.path:
+                raise _fail(source, f"{table} plans", f"{other} and {plan.path} have the same file name; "
+                            "results name a plan file by its file name, so rename one")
     return spec
+
+
+def _check_plan_grid(grid: Mapping[str, Any], fixed: Mapping[str, Any], point_function: str,
+                     source: str) -> None:
+    """What a spec with ``[grid] plans`` may not say: the generator's keys (each plan file
+    gives its points their collective, pod and threadblocks) and the GEMM point function (it
+    builds on a generated plan)."""
+    for key in _GENERATOR_KEYS:
+        if key in grid:
+            raise _fail(source, f"[grid] {key}", _NOT_WITH_PLANS)
+    if "algo" in fixed:
+        raise _fail(source, "[fixed] algo", "not with [grid] plans: no generator makes a plan file's plan")
+    if point_function == GEMM_POINT_FUNCTION:
+        raise _fail(source, "[sweep] point_function", f"{GEMM_POINT_FUNCTION} generates the collective's "
+                    "plan; not with [grid] plans")
+
+
+#: why a spec with ``[grid] plans`` refuses the generator's keys
+_NOT_WITH_PLANS = ("not with [grid] plans: each plan file gives its points their collective (coll), "
+                   "pod (ngpus) and threadblocks")
+
+
+def _check_no_gemm(gemm_bytes: Sequence[int], source: str, table: str) -> None:
+    """A grid of plan files replays the collective alone (a GEMM builds on a generated plan)."""
+    index = next((i for i, size in enumerate(gemm_bytes) if size), None)
+    if index is not None:
+        raise _fail(source, f"{table} gemm_sizes[{index}]", "a concurrent GEMM is added to a generated plan "
+                    f"({GEMM_POINT_FUNCTION}); not with [grid] plans (use 0)")
 
 
 def _axis_converters(base_dir: Path | None) -> dict[str, Callable[[Any, str], Any]]:
@@ -451,12 +646,16 @@ def _axis_converters(base_dir: Path | None) -> dict[str, Callable[[Any, str], An
         "collectives": _collective, "gpus": _gpus, "sizes": _size, "configs": _config,
         "nar_granularities": _nar_granularity, "tbs_per_peer": _tbs_per_peer,
         "topologies": _topology_resolver(base_dir), "gemm_sizes": _gemm_size,
+        "plans": _plan_resolver(base_dir),
     }
 
 
 def _grid_patches(
-    raw: Any, convert: Mapping[str, Callable[[Any, str], Any]], source: str
+    raw: Any, convert: Mapping[str, Callable[[Any, str], Any]], source: str, has_plans: bool = False
 ) -> tuple[GridPatch, ...]:
+    """The ``[[grid.also]]`` tables. With ``[grid] plans`` (``has_plans``) a table may replace
+    the plan files but not the generator's axes; without, it may not give plan files (a spec
+    either generates its plans or sweeps plan files)."""
     tables = raw if isinstance(raw, list) else [raw]
     patches: list[GridPatch] = []
     for i, table in enumerate(tables):
@@ -468,9 +667,16 @@ def _grid_patches(
         for key in table:
             if key not in GRID_AXES:
                 raise _fail(source, where, f"unknown grid axis {key!r}{_did_you_mean(key, list(GRID_AXES))}")
+            if has_plans and key in _GENERATOR_KEYS:
+                raise _fail(source, f"{where} {key}", _NOT_WITH_PLANS)
+            if not has_plans and key == "plans":
+                raise _fail(source, f"{where} plans", "only with [grid] plans (a spec either generates its "
+                            "plans or sweeps plan files: sweep them with a spec of their own)")
         # in the main grid's axis order, so that the same table written in another order is equal
         axes = [(key, _value_list(table, key, None, convert[key], source, where))
                 for key in GRID_AXES if key in table]
+        if has_plans:
+            _check_no_gemm(dict(axes).get("gemm_sizes", ()), source, where)
         patches.append(GridPatch(tuple(axes)))
     return tuple(patches)
 
@@ -481,12 +687,17 @@ def check_spec_inputs(spec: SweepSpec) -> None:
     shipped name, or a regular file that parses as one); ``packet_bytes`` and
     ``max_packet_bytes`` are what the simulator takes on each topology; every number of NAR
     domains is valid on each topology (in grids with a ``+NAR`` configuration); every plan is
-    within the generator's limits, with ``tbs_per_peer`` above 1 only for ``algo = "direct"``.
+    within the generator's limits, with ``tbs_per_peer`` above 1 only for ``algo = "direct"``;
+    every plan file (``[grid] plans``) reads and verifies without errors (``nuna.plan.verify``:
+    the passes refuse a plan with errors, a wrong result included, so its every point would
+    fail; warnings pass) and its buffers fit a GPU of every topology at the grid's largest
+    size (the passes' own check, ``nuna.sim.layout.memory_fit_problem``).
     Raises ``InputError`` naming ``spec.source`` and the key (in ``[[grid.also]]`` grids, the
     table that gave the value).
 
-    Loads the topology layer and the plan generator, not the simulator or the passes (numba):
-    the driver stays light.
+    Loads the topology layer and the plan generator (and, for plan files, the plan reader and
+    verifier and the simulator's memory layout), not the replay or the passes (numba): the
+    driver stays light.
     """
     # the generator's own estimate, so that the spec refuses exactly the plans generate() would
     from nuna.plan.generate import check_plan_size
@@ -496,6 +707,13 @@ def check_spec_inputs(spec: SweepSpec) -> None:
 
     source = spec.source
     loaded: dict[str, TopologySpec] = {}
+    verified: dict[str, Plan] = {}
+    fits: set[tuple[str, str, int]] = set()
+
+    def plan_of(plan_file: PlanFile, where: str) -> Plan:
+        if plan_file.path not in verified:
+            verified[plan_file.path] = _verified_plan(plan_file, source, where)
+        return verified[plan_file.path]
 
     def topology(name: str, where: str) -> TopologySpec:
         if name not in loaded:
@@ -537,6 +755,23 @@ def check_spec_inputs(spec: SweepSpec) -> None:
                         raise _fail(source, at("nar_granularities", i),
                                     f"NAR granularity {granularity} is not valid for {topo.name} "
                                     f"(valid: {', '.join(map(str, valid))}, {HEURISTIC!r} or {AUTO!r})")
+        if grid.plans:
+            from nuna.sim.layout import memory_fit_problem  # no numba: the pages a plan's buffers take
+
+            # a plan's pages grow with the size: the largest size fits, or the passes refuse it
+            largest = max(range(len(grid.sizes_bytes)), key=grid.sizes_bytes.__getitem__)
+            size = grid.sizes_bytes[largest]
+            for i, plan_file in enumerate(grid.plans):
+                plan = plan_of(plan_file, at("plans", i))
+                for topo in topologies:
+                    if (plan_file.path, topo.name, size) in fits:
+                        continue
+                    problem = memory_fit_problem(plan, topo, size)
+                    if problem is not None:
+                        raise _fail(source, at("sizes", largest), f"{format_size(size)} of plan "
+                                    f"{portable_plan(plan_file.path)} does not fit {topo.name}: {problem}")
+                    fits.add((plan_file.path, topo.name, size))
+            continue  # the generator's checks below do not apply
         for collective, (g, gpus), (k, tbs) in itertools.product(
                 grid.collectives, enumerate(grid.gpus), enumerate(grid.tbs_per_peer)):
             if spec.algo != "direct" and tbs != 1:
@@ -553,6 +788,29 @@ def check_spec_inputs(spec: SweepSpec) -> None:
                     key, index = "gpus", g
                 raise _fail(source, at(key, index),
                             f"{err} ({gpus} GPUs, {tbs} threadblocks per peer)") from None
+
+
+def _verified_plan(plan_file: PlanFile, source: str, where: str) -> Plan:
+    """``plan_file``'s plan, read and verified: ``InputError`` naming ``where`` when it does not
+    read, no longer declares what the spec read of it, or has errors."""
+    from nuna.plan.verify import verify
+    from nuna.plan.xml import load_with_source
+
+    try:
+        plan, source_map = load_with_source(plan_file.path)
+    except NunaError as err:
+        raise _fail(source, where, one_line(str(err))) from None
+    if (plan.collective.value, plan.ngpus) != (plan_file.collective, plan_file.gpus):
+        raise _fail(source, where, f"{plan_file.path}: changed while the spec was read (now "
+                    f"{plan.collective.value} on {plan.ngpus} GPUs, read as {plan_file.collective} on "
+                    f"{plan_file.gpus}): load the spec again")
+    errors = verify(plan, source=source_map).errors
+    if errors:
+        more = len(errors) - 1
+        raise _fail(source, where, one_line(errors[0]) + (f" (and {more} more error{'s' * (more > 1)})"
+                                                          if more else "")
+                    + "; the passes refuse a plan with errors (`nuna validate` lists them)")
+    return plan
 
 
 def _check_packets(spec: SweepSpec, flit_bytes: int, topology: str) -> None:
@@ -582,11 +840,19 @@ def restrict_grid(spec: SweepSpec, overrides: Mapping[str, Sequence[str]]) -> Sw
 
     ``[[grid.also]]`` grids keep what the command line allows of the axes they replace (a table
     left with no value on an axis is dropped): ``--sizes 100kB`` on a spec that searches more
-    threadblock counts at 100 kB and 1 MB keeps that search at 100 kB."""
+    threadblock counts at 100 kB and 1 MB keeps that search at 100 kB.
+
+    A spec of plan files (``[grid] plans``) takes no ``collectives``, ``gpus`` or
+    ``tbs_per_peer`` (``UsageError``): its files give them."""
     unknown = sorted(set(overrides) - set(GRID_OVERRIDES))
     if unknown:
         raise UsageError(f"cannot override grid axis {unknown[0]!r} (can: {', '.join(GRID_OVERRIDES)})")
-    grid: dict[str, Any] = {key: list(getattr(spec, attr)) for key, attr in GRID_AXES.items()}
+    given = [axis for axis in _GENERATOR_KEYS if axis in overrides] if spec.plans else []
+    if given:
+        raise UsageError(f"cannot override grid axis {given[0]!r}: {spec.name} sweeps plan files, which give "
+                         "each point its collective, pod and threadblocks")
+    grid: dict[str, Any] = {key: [v.path for v in spec.plans] if key == "plans"
+                            else list(getattr(spec, GRID_AXES[key])) for key in _grid_axes(spec)}
     tags = []
     for axis in GRID_OVERRIDES:
         if axis not in overrides:
@@ -656,8 +922,11 @@ def packet_cap_spec(spec: SweepSpec, max_packet_bytes: int) -> SweepSpec:
 
 def _fixed(spec: SweepSpec) -> dict[str, Any]:
     """The ``[fixed]`` table of ``spec`` (``windowed``, ``max_packet_bytes``, ``fast_forward``
-    and ``line_setups`` only when set: older indexes stay equal)."""
-    fixed: dict[str, Any] = {"algo": spec.algo, "packet_bytes": spec.packet_bytes, "seed": spec.seed}
+    and ``line_setups`` only when set: older indexes stay equal; no ``algo`` with plan files,
+    which no generator made)."""
+    fixed: dict[str, Any] = {"packet_bytes": spec.packet_bytes, "seed": spec.seed}
+    if not spec.plans:
+        fixed["algo"] = spec.algo
     if spec.windowed is not None:
         fixed["windowed"] = spec.windowed
     if spec.max_packet_bytes is not None:
@@ -699,6 +968,8 @@ def _check_keys(data: Mapping[str, Any], source: str) -> None:
             if key not in required | optional:
                 raise _fail(source, f"[{section}]",
                             f"unknown key {key!r}{_did_you_mean(key, list(required | optional))}")
+        if section == "grid" and "plans" not in table:  # plan files give these
+            required = required | {"collectives", "gpus"}
         for key in sorted(required):
             if key not in table:
                 raise _fail(source, f"[{section}]", f"missing required key {key!r}")
@@ -861,6 +1132,24 @@ def _topology_resolver(base_dir: Path | None) -> Callable[[Any, str], str]:
         if base_dir is not None and _is_topology_path(value):
             return str((base_dir / value).resolve())
         return value
+
+    return resolve
+
+
+def _plan_resolver(base_dir: Path | None) -> Callable[[Any, str], PlanFile]:
+    """``[grid] plans`` values: a path relative to the spec file's folder (as a topology file's),
+    read for the collective and pod its header declares (:func:`check_spec_inputs` verifies it)."""
+    def resolve(value: Any, where: str) -> PlanFile:
+        if not isinstance(value, str) or not value.strip():
+            raise UsageError(f"expected a plan file path, got {_kind(value)} {value!r}")
+        path = str((base_dir / value).resolve()) if base_dir is not None else value
+        from nuna.plan.xml import load  # lxml: only for specs that name plan files
+
+        try:
+            plan = load(path)
+        except NunaError as err:
+            raise UsageError(one_line(str(err))) from None
+        return PlanFile(path, plan.collective.value, plan.ngpus)
 
     return resolve
 

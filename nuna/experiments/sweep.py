@@ -24,6 +24,7 @@ from nuna.experiments.spec import (
     SweepSpec,
     expand,
     load_sweep_spec,
+    plan_file_sha256,
     point_id,
     topology_file_sha256,
 )
@@ -107,9 +108,12 @@ ProgressCallback = Callable[[SweepProgress], None]
 
 
 def tasks_of(spec: SweepSpec) -> tuple[tuple[Task, Point], ...]:
-    """The spec's points paired with their tasks (identity, point function, inputs)."""
+    """The spec's points paired with their tasks (identity, point function, inputs). A topology
+    or plan file is hashed once, however many points use it."""
     digests = {t: topology_file_sha256(t) for grid in spec.grids() for t in grid.topologies}
-    return tuple((Task(point_id(p.record(), spec.point_function, topology_sha256=digests[p.topology]),
+    plans = {p.path: plan_file_sha256(p.path) for grid in spec.grids() for p in grid.plans}
+    return tuple((Task(point_id(p.record(), spec.point_function, topology_sha256=digests[p.topology],
+                                plan_sha256=None if p.plan is None else plans[p.plan]),
                        spec.point_function, p.record(), inputs=p.as_dict()), p)
                  for p in expand(spec))
 
