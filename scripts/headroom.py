@@ -163,11 +163,16 @@ def table(rows: Sequence[Mapping[str, Any]], configs: tuple[str, str] = ("UA", "
         cells = ([get(r) for _, get in lead]
                  + [r["collective"], format_size(r["size_bytes"]), str(r["gpus"])]
                  + [get(r) for _, get in extra]
-                 + [f"{r['floor_ns'] / 1000:.3f}", f"{r['ref_ns'] / 1000:.3f} [{r['ref_tbs']}]",
-                    f"{r['ref_over_floor']:.2f}x", f"{r['new_ns'] / 1000:.3f} [{r['new_tbs']}]",
+                 + [f"{r['floor_ns'] / 1000:.3f}", f"{r['ref_ns'] / 1000:.3f}{_count(r['ref_tbs'])}",
+                    f"{r['ref_over_floor']:.2f}x", f"{r['new_ns'] / 1000:.3f}{_count(r['new_tbs'])}",
                     f"{r['speedup']:.2f}x", f"{r['taken'] * 100:.0f}%"])
         lines.append("| " + " | ".join(cells) + " |")
     return lines
+
+
+def _count(tbs_per_peer: int) -> str:
+    """`` [K]``, or nothing for a plan file's point: its threadblocks are the plan's own (0)."""
+    return f" [{tbs_per_peer}]" if tbs_per_peer else ""
 
 
 def _main(args: argparse.Namespace) -> None:
