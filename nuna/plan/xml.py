@@ -276,11 +276,14 @@ _LINE_END_RE = re.compile(rb"\n(?<!>\n)")
 _AFTER_TAG_RE = re.compile(rb">(?!\n *+<)(?!\n?\Z)")
 # a run of two or more spaces that is not indentation (not after a line break or another space)
 _INNER_SPACES_RE = re.compile(rb"  (?<![\n ]  )")
-# whitespace, then the next markup of a well-formed document (group 1): a comment, CDATA
-# section, processing instruction, end tag or start tag (whose quoted values may hold '>'). A
-# match that does not start where the previous one ended has text before it.
+# everything up to the next '<' (whitespace, or text), then the markup that '<' opens in a
+# well-formed document (group 1): a comment, CDATA section, processing instruction, end tag or
+# start tag (whose quoted values may hold '>'). The gap is taken possessively and every '<'
+# opens markup (lxml has checked the document), so the matches tile the body: linear time (a
+# gap of whitespace only, followed by text, made the search retry at every position of it:
+# 36 s for a 300 kB run of spaces)
 _LEX_TOKEN_RE = re.compile(
-    rb"[ \t\n\r]*+(<!--.*?-->|<!\[CDATA\[.*?\]\]>|<\?.*?\?>|</[^>]*+>"
+    rb"[^<]*+(<!--.*?-->|<!\[CDATA\[.*?\]\]>|<\?.*?\?>|</[^>]*+>"
     rb"|<[^>\"']*+(?:(?:\"[^\"]*+\"|'[^']*+')[^>\"']*+)*+>)",
     re.DOTALL)
 _NOT_SPACE_RE = re.compile(rb"[^ \t\n\r]")
@@ -315,10 +318,9 @@ def _lexical_warnings(body: bytes, name: str) -> list[str]:
     pos = 0
     for m in _LEX_TOKEN_RE.finditer(body):
         start = m.start(1)
-        if m.start() > pos:  # the search skipped something other than whitespace: text
-            text = _NOT_SPACE_RE.search(body, pos, m.start())
-            if text is not None:  # always
-                found("text", text.start(), _text_excerpt(body, text.start(), m.start()))
+        text = _NOT_SPACE_RE.search(body, pos, start) if start > pos else None
+        if text is not None:  # something other than whitespace before the markup: text
+            found("text", text.start(), _text_excerpt(body, text.start(), start))
         if has_tab and start > pos:
             tab = body.find(b"\t", pos, start)
             if tab >= 0:
