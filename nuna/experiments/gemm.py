@@ -180,12 +180,13 @@ def gemm_point(point: dict[str, Any]) -> dict[str, Any]:
     :func:`nuna.experiments.points.simulate_point`, plus a GEMM of ``point["gemm_bytes"]``
     (none when 0). Adds ``collective_time_ns`` (the collective alone finishing) and ``gemm``
     (how the GEMM was built) to the simulator's JSON; ``wall_s`` goes under ``timing``."""
-    from nuna.experiments.points import point_sim_options
+    from nuna.experiments.points import check_files, point_sim_options
     from nuna.passes import PassContext, apply_config
     from nuna.plan.generate import generate
     from nuna.sim import SimOptions, simulate
     from nuna.topology.spec import load_topology
 
+    check_files(point)
     size_bytes = int(point["size_bytes"])
     seed = int(point["seed"])
     topology = load_topology(point["topology"])

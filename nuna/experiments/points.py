@@ -29,7 +29,7 @@ from typing import Any
 
 from nuna.errors import InputError, SimulationError, UsageError
 from nuna.experiments.executors import TIMING_KEY
-from nuna.experiments.spec import HEURISTIC
+from nuna.experiments.spec import HEURISTIC, file_changed_problem
 
 # Result keys that carry wall-clock figures; they go to the timing part of the result file.
 _WALL_CLOCK_KEYS = ("wall_s",)
@@ -65,6 +65,15 @@ def point_sim_options(point: dict[str, Any]) -> dict[str, Any]:
     return options
 
 
+def check_files(point: dict[str, Any]) -> None:
+    """``InputError`` when the point's topology or plan file no longer holds the bytes the sweep
+    named the point by (a file edited during the sweep: its result would be stored under the
+    old bytes' id). Point functions call it first."""
+    problem = file_changed_problem(point)
+    if problem is not None:
+        raise InputError(problem)
+
+
 def _plan(point: dict[str, Any]) -> Any:
     """The point's plan: its plan file's (``plan``), else generated."""
     path = point.get("plan")
@@ -95,6 +104,7 @@ def simulate_point(point: dict[str, Any]) -> dict[str, Any]:
     apply_config = _require("nuna.passes", "apply_config")
     simulate = _require("nuna.sim", "simulate")
 
+    check_files(point)
     size_bytes = int(point["size_bytes"])
     seed = int(point["seed"])
     topology = load_topology(point["topology"])

@@ -445,6 +445,27 @@ def topology_file_sha256(topology: str) -> str | None:
         return "missing"
 
 
+#: key of a point function's input dict that holds the SHA-256 of the point's topology and plan
+#: files as the sweep hashed them into its id (``{"topology": ..., "plan": ...}``, ``None`` for
+#: a shipped topology or a generated plan; absent when the point has no file): the point
+#: function checks the files still hold those bytes (:func:`file_changed_problem`), so a file
+#: edited during a sweep cannot store another file's result under the old bytes' id
+FILE_DIGESTS_KEY = "file_sha256"
+
+
+def file_changed_problem(point: Mapping[str, Any]) -> str | None:
+    """Why a point's topology or plan file no longer holds the bytes its id was made from
+    (:data:`FILE_DIGESTS_KEY`), else None."""
+    digests = point.get(FILE_DIGESTS_KEY) or {}
+    for kind, path, digest_of in (("topology", point.get("topology"), topology_file_sha256),
+                                  ("plan", point.get("plan"), plan_file_sha256)):
+        expected = digests.get(kind)
+        if expected is not None and path is not None and digest_of(str(path)) != expected:
+            return (f"{path}: the {kind} file changed since the sweep read it (a point is named by its "
+                    "files' bytes): run the sweep again")
+    return None
+
+
 def plan_file_sha256(path: str) -> str:
     """SHA-256 of a plan file's bytes (``"missing"`` for a file that cannot be read or is larger
     than a plan file may be, whose points then fail with the loader's message)."""

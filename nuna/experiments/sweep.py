@@ -20,6 +20,7 @@ from nuna.errors import UsageError
 from nuna.experiments import store
 from nuna.experiments.executors import Task, check_executor, resolve_point_function, run_tasks
 from nuna.experiments.spec import (
+    FILE_DIGESTS_KEY,
     Point,
     SweepSpec,
     expand,
@@ -112,10 +113,16 @@ def tasks_of(spec: SweepSpec) -> tuple[tuple[Task, Point], ...]:
     or plan file is hashed once, however many points use it."""
     digests = {t: topology_file_sha256(t) for grid in spec.grids() for t in grid.topologies}
     plans = {p.path: plan_file_sha256(p.path) for grid in spec.grids() for p in grid.plans}
-    return tuple((Task(point_id(p.record(), spec.point_function, topology_sha256=digests[p.topology],
-                                plan_sha256=None if p.plan is None else plans[p.plan]),
-                       spec.point_function, p.record(), inputs=p.as_dict()), p)
-                 for p in expand(spec))
+
+    def task(p: Point) -> Task:
+        topology, plan = digests[p.topology], None if p.plan is None else plans[p.plan]
+        inputs = p.as_dict()
+        if topology is not None or plan is not None:  # checked by the point function
+            inputs[FILE_DIGESTS_KEY] = {"topology": topology, "plan": plan}
+        return Task(point_id(p.record(), spec.point_function, topology_sha256=topology, plan_sha256=plan),
+                    spec.point_function, p.record(), inputs=inputs)
+
+    return tuple((task(p), p) for p in expand(spec))
 
 
 def _check_options(executor: str, jobs: int | None, scheduler: str | None) -> None:

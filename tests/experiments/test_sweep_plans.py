@@ -375,3 +375,27 @@ def test_the_plan_size_limit_is_the_readers() -> None:
     from nuna.plan import xml
 
     assert spec._MAX_PLAN_BYTES == xml.MAX_PLAN_BYTES
+
+
+@pytest.mark.parametrize("edited", ["plan", "topology"])
+def test_a_file_edited_during_the_sweep_fails_its_points(tmp_path: Path, edited: str) -> None:
+    # a point is named by its files' bytes when the sweep starts; a file changed before the
+    # point ran used to have the new file's result stored under the old bytes' id
+    save(generate("allgather", 2, tbs_per_peer=1), tmp_path / "a.xml")
+    chip = (REPO / "topologies" / "nuna-4die.toml").read_text()
+    (tmp_path / "chip.toml").write_text(chip)
+    (tmp_path / "spec.toml").write_text('[grid]\nplans = ["a.xml"]\nsizes = ["16KiB"]\n'
+                                        'configs = ["UA"]\ntopologies = ["chip.toml"]\n')
+    (task, _), = tasks_of(load_sweep_spec(tmp_path / "spec.toml"))
+    inputs = dict(task.inputs or {})
+    assert set(inputs["file_sha256"]) == {"topology", "plan"}
+    assert "file_sha256" not in task.point  # not part of the point's record, nor its id
+    point_function = resolve_point_function(DEFAULT_POINT_FUNCTION)
+    assert point_function(dict(inputs))["time_ns"] > 0
+    if edited == "plan":  # the same collective and pod: only the bytes tell
+        save(generate("allgather", 2, tbs_per_peer=2), tmp_path / "a.xml")
+    else:
+        (tmp_path / "chip.toml").write_text(chip.replace("flit_bytes = { value = 256",
+                                                         "flit_bytes = { value = 128"))
+    with pytest.raises(InputError, match=f"the {edited} file changed since the sweep read it"):
+        point_function(dict(inputs))
