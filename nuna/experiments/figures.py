@@ -182,6 +182,15 @@ def run_figure(name: str, out_dir: str | Path, *, spec_dir: str | Path | None = 
         raise InputError(f"{spec.source}: {name} draws one topology, but its spec lists {len(topologies)} "
                          f"({', '.join(topologies)}); give each its own spec (--spec-dir), or sweep "
                          "them with `nuna sweep` and compare the results")
+    # the same for two plan files of one collective and pod: a figure places a bar by those
+    seen: dict[tuple[str, int], str] = {}
+    for plan in (p for grid in spec.grids() for p in grid.plans):
+        other = seen.setdefault((plan.collective, plan.gpus), plan.path)
+        if other != plan.path:
+            raise InputError(f"{spec.source}: {name} draws one bar per collective and pod, but plan files "
+                             f"{Path(other).name} and {Path(plan.path).name} are both {plan.collective} on "
+                             f"{plan.gpus} GPUs; give each its own spec (--spec-dir), or sweep them with "
+                             "`nuna sweep` and compare the results")
     out = Path(out_dir)
     make_folder(out, "figure folder")  # one line naming it when a file is in the way
     make_folder(out / "sweeps", "sweeps folder")
@@ -293,6 +302,8 @@ def _rows(records: Sequence[Mapping[str, Any]], *, best_tbs: bool) -> list[tuple
             "packet_bytes": c.record["result"].get("packet_bytes"),
             "baseline_packet_bytes": ua.record["result"].get("packet_bytes") if ua is not None else None,
         }
+        if p.get("plan") is not None:  # a plan file's point (absent otherwise: rows keep their form)
+            row["plan"] = p["plan"]
         if best_tbs:
             row["tbs_per_peer_best"] = c.tbs_per_peer
             row["tbs_per_peer_times_ns"] = c.times_json()
