@@ -840,6 +840,8 @@ def _check_packets(spec: SweepSpec, flit_bytes: int, topology: str) -> None:
 
     problem = packet_problem(spec.packet_bytes, flit_bytes, topology)
     if problem is not None:
+        if spec.packet_bytes == 256:  # perhaps not given: say where the 256 comes from
+            problem += " (256 is the default: set [fixed] packet_bytes to a multiple of the flit or \"auto\")"
         raise _fail(spec.source, "[fixed] packet_bytes", problem)
     cap = spec.max_packet_bytes
     problem = None if cap is None else packet_cap_problem(cap, flit_bytes, topology)

@@ -124,12 +124,14 @@ def _tbs_per_domain(plan: Plan, spec: TopologySpec, cus: np.ndarray, g: int) -> 
 
 
 def compare(plan: Plan, spec: TopologySpec, size_bytes: int, configs: Sequence[str],
-            nar_granularity: Granularity = None, *, seed: int = 0, packet_bytes: int = 256) -> Comparison:
+            nar_granularity: Granularity = None, *, seed: int = 0, packet_bytes: int | None = None
+            ) -> Comparison:
     """Place ``plan`` with each configuration, simulate it and compare (see :class:`ConfigRow`).
 
     ``nar_granularity`` applies to the ``+NAR`` configurations (``None``: each one's heuristic).
     Threadblocks per NAR domain are counted at the configuration's granularity, or at the
-    topology's finest for configurations without NAR.
+    topology's finest for configurations without NAR. ``packet_bytes`` ``None``: one flit of the
+    topology, as :func:`nuna.sim.simulate` takes it.
     """
     cfgs = [get_config(name) for name in configs]
     if nar_granularity is not None and not any(cfg.nar for cfg in cfgs):

@@ -747,3 +747,16 @@ def test_load_checks_against_the_topology_without_loading_the_simulator(
     assert load_sweep_spec(write_spec(_toml(doc), name="full.toml")).sizes_bytes == (576 << 30,)
     for name in ("fig9", "fig10", "fig11", "fig12", "fig13", "fig14", "quick", "headroom"):
         load_sweep_spec(REPO / "scripts" / "sweeps" / f"{name}.toml")
+
+
+def test_the_default_packet_size_is_named_when_a_chips_flit_refuses_it(write_spec: Callable[..., Path],
+                                                                        tmp_path: Path) -> None:
+    # the spec never set packet_bytes: the message says where the 256 came from
+    chip = (REPO / "topologies" / "nuna-4die.toml").read_text()
+    (tmp_path / "f512.toml").write_text(chip.replace("flit_bytes = { value = 256,",
+                                                     "flit_bytes = { value = 512,"))
+    path = write_spec('[grid]\ncollectives = ["allgather"]\ngpus = [2]\nsizes = ["64KiB"]\nconfigs = ["UA"]\n'
+                      f'topologies = ["{tmp_path / "f512.toml"}"]\n')
+    with pytest.raises(InputError, match=r"\[fixed\] packet_bytes: .*512-byte flit of nuna-4die, got 256 "
+                                         r"\(256 is the default: set \[fixed\] packet_bytes to a multiple"):
+        load_sweep_spec(path)

@@ -274,3 +274,17 @@ def test_the_estimate_models_a_spread_chunk_on_all_its_stacks(spec: TopologySpec
     assert both.latency_ns == pytest.approx((one.latency_ns + two.latency_ns) / 2, rel=1e-12)
     # the two stacks' domains share its port bytes
     assert both.max_port_bytes <= max(one.max_port_bytes, two.max_port_bytes)
+
+
+def test_compare_uses_the_topologys_flit(spec: TopologySpec) -> None:
+    # it replayed 256-byte packets on every chip: refused on a 512-byte flit, coarse on 64
+    from nuna.topology.spec import parse_topology
+
+    text = (Path(__file__).parents[2] / "nuna" / "topology" / "data" / "nuna-4die.toml").read_text()
+    plan = generate("allgather", 2, tbs_per_peer=1)
+    size = plan.nchunksperloop * 8192
+    for flit in (64, 512):
+        chip = parse_topology(text.replace("flit_bytes = { value = 256,", f"flit_bytes = {{ value = {flit},"))
+        (row,) = compare(plan, chip, size, ["UA"]).rows
+        assert row.result.packet_bytes == flit
+        assert row.time_ns == simulate(apply_config(plan, "UA", PassContext(chip, size)), chip, size).time_ns
