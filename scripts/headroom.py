@@ -21,9 +21,10 @@ from typing import Any
 
 from nuna.errors import InputError, NunaError
 from nuna.experiments.figures import TbsChoice, best_tbs_per_peer, lowest_floors, point_key
-from nuna.experiments.spec import canonical_json, recorded_topology_file
+from nuna.experiments.spec import canonical_json, recorded_plan_file, recorded_topology_file
 from nuna.experiments.store import load_results
 from nuna.plan.generate import generate
+from nuna.plan.xml import load
 from nuna.sim import placement_bounds
 from nuna.text import one_line
 from nuna.topology.spec import load_topology
@@ -41,13 +42,17 @@ _TITLES = {"topology": "topology", "algo": "algo", "packet_bytes": "packet", "ma
 _SIZES = ("packet_bytes", "max_packet_bytes", "gemm_bytes")
 
 
-def floor_now(point: dict[str, Any], topology: str | None = None) -> float:
+def floor_now(point: dict[str, Any], topology: str | None = None, plan_file: str | None = None) -> float:
     """The placement floor of a sweep point computed by this nuna, without a replay (the floor
-    does not depend on the configuration, so the point's plan is taken as generated).
-    ``topology``: where to load the point's topology from (a record names a file by its file
-    name only: :func:`nuna.experiments.spec.recorded_topology_file`)."""
-    plan = generate(point["collective"], int(point["gpus"]), algo=point["algo"],
-                    tbs_per_peer=int(point["tbs_per_peer"]))
+    does not depend on the configuration, so the point's plan is taken as generated, or as its
+    plan file holds it). ``topology`` and ``plan_file``: where to load the point's topology and
+    plan file from (a record names a file by its file name only:
+    :func:`nuna.experiments.spec.recorded_topology_file`, ``recorded_plan_file``)."""
+    if point.get("plan") is not None:
+        plan = load(plan_file or point["plan"])
+    else:
+        plan = generate(point["collective"], int(point["gpus"]), algo=point["algo"],
+                        tbs_per_peer=int(point["tbs_per_peer"]))
     return placement_bounds(plan, load_topology(topology or point["topology"]), int(point["size_bytes"]),
                             packet_bytes=point["packet_bytes"])[1]
 
@@ -76,9 +81,10 @@ def headroom_rows(out_dir: Path, configs: tuple[str, str] = ("UA", "NAP+NAR"),
         if inputs not in computed:
             try:
                 topology = recorded_topology_file(record, topology_dirs)
+                plan_file = recorded_plan_file(record, topology_dirs)
             except InputError as err:
                 raise InputError(f"{err} (pass the folder that holds it with --topology-dir)") from None
-            computed[inputs] = floor_now(point, topology)
+            computed[inputs] = floor_now(point, topology, plan_file)
         return computed[inputs]
 
     floor = lowest_floors(records, recomputed if recompute else None)
@@ -188,7 +194,8 @@ def _main(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    # the docstring's first paragraph (its first line alone stopped mid-sentence)
+    parser = argparse.ArgumentParser(description=" ".join((__doc__ or "").split("\n\n")[0].split()))
     parser.add_argument("dir", type=Path, help="a sweep's output directory")
     parser.add_argument("--recompute-floors", action="store_true",
                         help="compute each point's floor with this nuna (no replay) instead of "

@@ -152,6 +152,10 @@ def test_labels_figures_and_the_headroom_script_read_plan_records(plan_sweep: tu
     module_spec.loader.exec_module(headroom)
     rows = headroom.headroom_rows(out)
     assert sorted(r["inputs"]["plan"] for r in rows) == sorted(_files(folder))
+    # floors recomputed from the plan files found again (by file name and bytes) are the stored ones
+    folders = (folder / "plans", folder.parent / "shared")
+    again = headroom.headroom_rows(out, recompute=True, topology_dirs=folders)
+    assert [r["floor_ns"] for r in again] == [r["floor_ns"] for r in rows]
     table = headroom.table(rows)
     assert "| plan |" in table[0]
     # a plan file's point has no threadblock count to show ([K] would print a made-up 0)
