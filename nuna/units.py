@@ -33,7 +33,7 @@ MAX_SIZE_BYTES = 2**60
 _MAX_SIZE_TEXT = 64
 # a number (decimal, or with a short exponent: "1e6"; e99 is far past any size and keeps the
 # exact arithmetic below small) and an optional unit; re.ASCII: "٣" is no size
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?(?:[eE]\+?\d{1,2})?)\s*([a-zA-Z]*)\s*$", re.ASCII)
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?(?:[eE][+-]?\d{1,2})?)\s*([a-zA-Z]*)\s*$", re.ASCII)
 
 
 def check_size_bytes(size_bytes: object) -> int:

@@ -15,7 +15,8 @@ from nuna.units import format_size, parse_size
     [("100kB", 100_000), ("1MB", 10**6), ("1GB", 10**9), ("1KiB", 1024), ("2MiB", 2 * 2**20),
      ("1GiB", 2**30), ("4096", 4096), ("1.5kB", 1500), ("7B", 7),
      # an exponent, as in 1e6 (a short one: e99 is past any size)
-     ("1e6", 10**6), ("2.5e3kB", 2_500_000), ("1E3", 1000), ("1e+3", 1000), ("1.5e0MiB", 3 * 2**19)],
+     ("1e6", 10**6), ("2.5e3kB", 2_500_000), ("1E3", 1000), ("1e+3", 1000), ("1.5e0MiB", 3 * 2**19),
+     ("1e-0", 1), ("15e-1kB", 1500)],  # a negative exponent where the bytes come out whole
 )
 def test_parse_size(text: str, expected: int) -> None:
     assert parse_size(text) == expected

@@ -274,11 +274,12 @@ def simulate(
                f"{res.die_crossing_bytes} B across dies; {res.events} events in {res.wall_s:.2f} s")
     parts = res.remote_store_zero_load_ns
     if parts and lat.count:
-        typer.echo(f"# remote store latency: mean {lat.mean_ns:.0f} ns = without waiting "
-                   f"{parts['total']:.0f} (sender chip {parts['sender_chip']:.0f}, scale-up "
-                   f"{parts['scale_up']:.0f}, receiver chip {parts['receiver_chip']:.0f}, memory write "
-                   f"{parts['memory_write']:.0f}) + waiting {lat.mean_ns - parts['total']:.0f} "
-                   "(JSON remote_store_zero_load_ns, queueing_ns)")
+        # the sum as printed adds up: waiting is the rounded mean less the rounded total
+        mean, total = round(lat.mean_ns), round(parts["total"])
+        typer.echo(f"# remote store latency: mean {mean} ns = without waiting {total} (sender chip "
+                   f"{parts['sender_chip']:.0f}, scale-up {parts['scale_up']:.0f}, receiver chip "
+                   f"{parts['receiver_chip']:.0f}, memory write {parts['memory_write']:.0f}) + waiting "
+                   f"{mean - total} (JSON remote_store_zero_load_ns, queueing_ns)")
     hot = res.longest_port_wait()
     if hot is not None:
         gpu, port, link, wait_ns = hot

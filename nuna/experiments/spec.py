@@ -36,7 +36,7 @@ from nuna import __version__
 from nuna.errors import InputError, NunaError, UsageError
 from nuna.fsutil import looks_like_path, read_input
 from nuna.text import one_line
-from nuna.units import format_size, parse_size
+from nuna.units import check_size_bytes, format_size, parse_size
 
 if TYPE_CHECKING:  # the plan layer (lxml, numpy) loads only for specs that name plan files
     from nuna.plan.ir import Plan
@@ -1119,7 +1119,7 @@ def _size(value: Any, where: str) -> int:
         return parse_size(value)
     if isinstance(value, float) and value.is_integer() and value >= 1:
         value = int(value)  # TOML writes 1e6 as a float: a whole number of bytes all the same
-    return _int(value, "size", minimum=1)
+    return check_size_bytes(_int(value, "size", minimum=1))  # at most 2**60, as a string's
 
 
 def _config(value: Any, where: str) -> str:
@@ -1145,7 +1145,9 @@ def _tbs_per_peer(value: Any, where: str) -> int:
 def _gemm_size(value: Any, where: str) -> int:
     if isinstance(value, str):
         return 0 if value.strip().lower() in ("0", "none") else parse_size(value)
-    return _int(value, "GEMM size", minimum=0)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # TOML's 1e6, as the sizes take it
+    return 0 if value == 0 else _size(value, where)
 
 
 def _topology_resolver(base_dir: Path | None) -> Callable[[Any, str], str]:
@@ -1181,7 +1183,10 @@ def _packet_bytes(value: Any, source: str) -> int | str:
     if value == AUTO:
         return AUTO
     try:
-        size = _size(value, "[fixed] packet_bytes")  # 1024 or "1KiB", as max_packet_bytes
+        # 1024 or "1KiB", as max_packet_bytes; a number is left to the simulator's own bound
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        size = parse_size(value) if isinstance(value, str) else _int(value, "packet size", minimum=1)
     except UsageError as err:
         raise _fail(source, "[fixed] packet_bytes", f"{err} (or 'auto')") from None
     if size < 1:

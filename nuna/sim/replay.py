@@ -581,6 +581,9 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *,
     started = time.perf_counter()
     opts = options or SimOptions()
     if opts.fast_forward is not None:
+        if not isinstance(opts.fast_forward, fastforward.FastForward):  # True: an AttributeError below
+            raise UsageError(f"SimOptions.fast_forward must be a FastForward (its parameters) or None, "
+                             f"got {opts.fast_forward!r}")
         if trace:
             raise UsageError("fast-forward cannot record a trace (the skipped time has no events)")
         opts.fast_forward.check()

@@ -29,9 +29,10 @@ def chrome_trace(plan: Plan, result: SimResult, spec: TopologySpec | None = None
     where: list[str] = []
     if spec is not None:
         geo = chip_geometry(spec.chip)
+        mesh = spec.chip.kind == "mesh"  # a flat chip's CUs hang off one node: no router to name
         for cu in threadblock_cus(plan, spec, flat).tolist():
             x, y = (int(v) for v in geo.router_xy[geo.cu_router[cu]])
-            where.append(f" CU {cu}, die {int(geo.cu_die[cu])}, router ({x}, {y})")
+            where.append(f" CU {cu}, die {int(geo.cu_die[cu])}" + (f", router ({x}, {y})" if mesh else ""))
     events: list[dict[str, Any]] = []
     for g in sorted({int(x) for x in flat.tb_gpu.tolist()}):
         events.append({"ph": "M", "name": "process_name", "pid": g, "tid": 0, "args": {"name": f"GPU {g}"}})

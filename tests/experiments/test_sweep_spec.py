@@ -86,6 +86,14 @@ def test_values_are_normalised() -> None:
     data["grid"]["sizes"] = [1.5]
     with pytest.raises(NunaError, match=r"sizes\[0\]: expected an integer"):
         parse_sweep_spec(data)
+    # a float is held to the cap a string is (1e100 got past it to the memory check)
+    data["grid"]["sizes"] = [1e100]
+    with pytest.raises(NunaError, match=r"sizes\[0\]: size \d+ is larger than 1152921504606846976 bytes"):
+        parse_sweep_spec(data)
+    data["grid"]["sizes"] = [4096]
+    data["grid"]["gemm_sizes"] = [0.0, 1e6]  # GEMM sizes take whole floats too
+    assert parse_sweep_spec(data).gemm_bytes == (0, 10**6)
+    del data["grid"]["gemm_sizes"]
     data["grid"]["sizes"] = [4096]
     # a packet size with a unit, as max_packet_bytes and the sizes take: the same point as 1024
     for value in ("1KiB", 1024):

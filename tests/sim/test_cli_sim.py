@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -305,10 +306,14 @@ def test_simulate_splits_the_remote_store_latency(run_cli, plan_file: Path, tmp_
     mean, parts = data["remote_store_latency_ns"]["mean"], data["remote_store_zero_load_ns"]
     assert set(parts) == {"sender_chip", "scale_up", "receiver_chip", "memory_write", "total"}
     assert mean >= parts["total"] > 0
-    assert (f"# remote store latency: mean {mean:.0f} ns = without waiting {parts['total']:.0f} (sender chip "
-            f"{parts['sender_chip']:.0f}, scale-up {parts['scale_up']:.0f}, receiver chip "
-            f"{parts['receiver_chip']:.0f}, memory write {parts['memory_write']:.0f}) + waiting "
-            f"{mean - parts['total']:.0f} ") in res.out
+    line = next(x for x in res.out.splitlines() if x.startswith("# remote store latency:"))
+    assert line.startswith(f"# remote store latency: mean {round(mean)} ns = without waiting "
+                           f"{round(parts['total'])} (sender chip {parts['sender_chip']:.0f}, scale-up "
+                           f"{parts['scale_up']:.0f}, receiver chip {parts['receiver_chip']:.0f}, "
+                           f"memory write {parts['memory_write']:.0f}) + waiting ")
+    # the equation as printed adds up
+    numbers = [int(n) for n in re.findall(r"(?:mean|without waiting|\+ waiting) (-?\d+)", line)]
+    assert numbers[0] == numbers[1] + numbers[2]
 
 
 @pytest.mark.parametrize(("collective", "per_rank"), [
@@ -323,3 +328,12 @@ def test_simulate_count_column_is_nccl_tests(run_cli, tmp_path: Path, collective
     size, count = next(line for line in res.out.splitlines() if not line.startswith("#")).split()[:2]
     assert int(size) == 65536
     assert int(count) == (65536 // 4 // 4 if per_rank else 65536 // 4)
+
+
+def test_a_flat_chips_trace_names_no_router(run_cli, plan_file: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    trace = tmp_path / "t.json"
+    assert run_cli("simulate", plan_file, "--size", "64KiB", "-t", "flat-switch", "--trace", trace).code == 0
+    names = [e["args"]["name"] for e in json.loads(trace.read_text())["traceEvents"]
+             if e["ph"] == "M" and e["name"] == "thread_name"]
+    assert names
+    assert all(" CU " in n and "router" not in n for n in names)

@@ -70,3 +70,11 @@ def test_a_long_replay_returns_to_python_regularly(spec, calls, monkeypatch) -> 
     result = simulate(plan, spec, 8 << 20)
     assert result.wall_s > 0.1
     assert calls[0] >= 5
+
+
+def test_fast_forward_must_be_its_parameters(spec) -> None:  # type: ignore[no-untyped-def]
+    # True raised an AttributeError from inside the replay
+    from nuna.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"SimOptions\.fast_forward must be a FastForward"):
+        simulate(generate("allgather", 2), spec, 4096, options=SimOptions(fast_forward=True))  # type: ignore[arg-type]
