@@ -202,6 +202,7 @@ def simulate(
                                      "seconds where a large replay takes minutes."),
 ) -> None:
     """Replay a plan on a pod of multi-die GPUs and report the collective's time and bandwidth."""
+    from nuna.plan.ir import Collective
     from nuna.plan.xml import load
     from nuna.sim.fastforward import FastForward
     from nuna.sim.replay import SimOptions, placement_bounds
@@ -262,7 +263,7 @@ def simulate(
     typer.echo(f"#{'size':>12} {'count':>12} {'type':>6} {'time':>10} {'algbw':>8} {'busbw':>8}")
     typer.echo(f"#{'(B)':>12} {'(elements)':>12} {'':>6} {'(us)':>10} {'(GB/s)':>8} {'(GB/s)':>8}")
     # nccl-tests' count column is its paramcount: per rank, but for allreduce the whole buffer
-    count = size_bytes // 4 if plan.collective.value == "allreduce" else size_bytes // 4 // plan.ngpus
+    count = size_bytes // 4 if plan.collective is Collective.ALLREDUCE else size_bytes // 4 // plan.ngpus
     typer.echo(f" {size_bytes:>12} {count:>12} {'float':>6} {res.time_ns / 1000:>10.2f} "
                f"{res.algbw_gbps:>8.2f} {res.busbw_gbps:>8.2f}")
     busiest, where = _busiest_port(res)

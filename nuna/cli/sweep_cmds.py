@@ -8,7 +8,6 @@ from pathlib import Path
 import typer
 
 from nuna.cli.common import ExecutorName, SweepProgressBar
-from nuna.experiments.store import check_reuse_folders
 from nuna.experiments.sweep import (
     SweepSummary,
     load_sweep_spec,
@@ -52,8 +51,7 @@ def sweep(
     if scheduler is not None and jobs is not None:
         raise typer.BadParameter("the cluster at --scheduler sets its workers", param_hint="--jobs")
     spec = load_sweep_spec(spec_path)
-    check_reuse_folders(reuse, out)
-    if dry_run:
+    if dry_run:  # both check the --reuse folders before anything else
         status = sweep_status(spec, out, reuse)
         reused = f" ({status.adopted} from --reuse)" if status.adopted else ""
         typer.echo(f"sweep {status.name}: {status.total} points: {status.ok} done{reused}, "

@@ -1114,12 +1114,16 @@ def _gpus(value: Any, where: str) -> int:
     return _int(value, "GPU count", minimum=2, maximum=_MAX_GPUS)
 
 
+def _whole(value: Any) -> Any:
+    """A whole float as an int (TOML writes 1e6 as a float: a whole number of bytes all the
+    same); anything else as it is, for the caller's own check."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 def _size(value: Any, where: str) -> int:
     if isinstance(value, str):
         return parse_size(value)
-    if isinstance(value, float) and value.is_integer() and value >= 1:
-        value = int(value)  # TOML writes 1e6 as a float: a whole number of bytes all the same
-    return check_size_bytes(_int(value, "size", minimum=1))  # at most 2**60, as a string's
+    return check_size_bytes(_int(_whole(value), "size", minimum=1))  # at most 2**60, as a string's
 
 
 def _config(value: Any, where: str) -> str:
@@ -1145,9 +1149,7 @@ def _tbs_per_peer(value: Any, where: str) -> int:
 def _gemm_size(value: Any, where: str) -> int:
     if isinstance(value, str):
         return 0 if value.strip().lower() in ("0", "none") else parse_size(value)
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)  # TOML's 1e6, as the sizes take it
-    return 0 if value == 0 else _size(value, where)
+    return 0 if value == 0 else _size(value, where)  # 1e6 and 0.0 as the sizes take them
 
 
 def _topology_resolver(base_dir: Path | None) -> Callable[[Any, str], str]:
@@ -1184,14 +1186,9 @@ def _packet_bytes(value: Any, source: str) -> int | str:
         return AUTO
     try:
         # 1024 or "1KiB", as max_packet_bytes; a number is left to the simulator's own bound
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        size = parse_size(value) if isinstance(value, str) else _int(value, "packet size", minimum=1)
+        return parse_size(value) if isinstance(value, str) else _int(_whole(value), "packet size", minimum=1)
     except UsageError as err:
         raise _fail(source, "[fixed] packet_bytes", f"{err} (or 'auto')") from None
-    if size < 1:
-        raise _fail(source, "[fixed] packet_bytes", f"the packet size must be positive, got {size} B")
-    return size
 
 
 def _check_cap(value: int) -> int:
