@@ -197,6 +197,10 @@ def simulate(
     threads: int | None = typer.Option(None, "--threads", min=1, help="Threads a windowed replay runs its "
                                        "GPUs on (the result does not depend on it). Default: every core.",
                                        show_default=False),
+    reduce_fusion: bool = typer.Option(True, "--reduce-fusion/--no-reduce-fusion", help="Replay each chain "
+                                       "of re steps the MSCCL executors fuse as one pass (loads every source "
+                                       "and the destination once, stores once), or every re on its own "
+                                       "(nuna <= 0.9.0)."),
     bounds_only: bool = typer.Option(False, "--bounds-only", help="Only the lower bound and the placement "
                                      "floor (what no placement or routing beats), without the replay: "
                                      "seconds where a large replay takes minutes."),
@@ -219,7 +223,7 @@ def simulate(
         raise UsageError("--nar-granularity applies to a --config that routes with NAR")
     check_outputs(json_file, trace_file, inputs=(plan_file, topology))
     options = SimOptions(windowed=windowed, fast_forward=FastForward() if fast_forward else None,
-                         threads=threads)
+                         threads=threads, reduce_fusion=reduce_fusion)
     if line_setups is not None:
         options = dataclasses.replace(options, line_setups=line_setups.value)
     if max_packet_bytes is not None:

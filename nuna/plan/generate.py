@@ -29,7 +29,9 @@ peer-major: peers in increasing rank order, then ``k``.
   with ``rrc`` into the accumulator; the others receive into scratch (``r``) and the reducer
   then adds them with ``re`` steps. The reducer waits for those receives through ``nop`` steps
   (one dependency each, the last on the first ``re``), as MSCCLang's ``dependence_nop`` does
-  (reference §6.2), so its ``re`` steps stay dependency-free and the executor fuses them.
+  (reference §6.2), so its ``re`` steps stay dependency-free and the executor fuses them;
+  beyond 17 GPUs every 16th ``re`` has ``hasdep=1``, which cuts the chain into passes of at most
+  16 sources, as many as the executors' kernel takes (:mod:`nuna.plan.fusion`).
 * allreduce = that reduce-scatter followed by a direct all-gather of the reduced slices, in
   the same threadblocks; a non-reducer's all-gather send depends on the reducer's last step.
 
@@ -54,6 +56,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from nuna.errors import UsageError
+from nuna.plan.fusion import MAX_REDUCE_FUSION
 from nuna.plan.ir import Buffer, Collective, Gpu, Plan, Protocol, Step, StepType, Threadblock
 
 #: Algorithms :func:`generate` knows.
@@ -364,7 +367,9 @@ def _direct_reduce(spec: _Spec, g: int, p: int, pi: int, k: int) -> list[_Proto]
             protos.append((_NOP, None, None, 0, (j * K + k, 1), False))
         for j in range(1, others + 1):
             dep = (j * K + k, 1) if j == 1 else None
-            protos.append((_RE, (_S, (j - 1) * C + lo), acc, m, dep, False))
+            # hasdep=1 ends the executors' fused pass: at most MAX_REDUCE_FUSION sources each
+            cut = j % MAX_REDUCE_FUSION == 0 and j < others
+            protos.append((_RE, (_S, (j - 1) * C + lo), acc, m, dep, cut))
         reducer_last = len(protos) - 1
     else:
         slot = (_S, (pi - 1) * C + lo)

@@ -12,7 +12,9 @@ so ``nuna validate`` can list them all. Severity follows what breaks a faithful 
 * **warnings**: things the MSCCL executors reject or tolerate although they are dangerous, but
   which a replay handles (defaulted header attributes, ``chan`` beyond ``nchannels``, more
   than 64 steps, ``depid > 127``, dependencies on steps without ``hasdep``, ``nop`` oddities,
-  data races from the semantic check). ``strict=True`` turns every warning into an error;
+  chains of ``re`` steps the executors fuse into a pass that differs from the plan
+  (:mod:`nuna.plan.fusion`), data races from the semantic check). ``strict=True`` turns every
+  warning into an error;
 * **notes**: facts worth knowing that are not wrong.
 
 Repetitive warnings are reported once with a count. With a :class:`~nuna.plan.xml.SourceMap`
@@ -43,6 +45,7 @@ from nuna.plan.dag import (
     find_cycle,
     flatten,
 )
+from nuna.plan.fusion import MAX_REDUCE_FUSION, reduce_fusion
 from nuna.plan.ir import Buffer, Collective, Plan, StepType
 from nuna.plan.xml import SourceMap, canonical_placement
 from nuna.units import check_size_bytes
@@ -212,6 +215,7 @@ def verify(plan: Plan, *, strict: bool = False, source: SourceMap | None = None,
     if result.dag is None:
         return f.report(strict)
     _check_hasdep(flat, result.waited_nodes, f)
+    _check_fusion(flat, f)
     if f.errors:
         return f.report(strict)
     dag = result.dag
@@ -541,9 +545,34 @@ def _check_hasdep(flat: FlatPlan, waited_nodes: npt.NDArray[np.int64], f: _Findi
         f.warn_grouped("hasdep-missing", f"{f.at_step(*flat.step_pos(n))}other threadblocks wait on "
                                          "this step but hasdep=0: the executors publish progress only "
                                          "after hasdep=1 steps")
+    # a re's hasdep=1 that cuts a chain of fused re steps has a use
+    waited[reduce_fusion(flat).hasdep_cuts] = True
     for n in np.flatnonzero(flat.has_dep & ~waited & not_nop).tolist():
         f.warn_grouped("hasdep-unused", f"{f.at_step(*flat.step_pos(n))}hasdep=1 but no threadblock "
                                         "waits on this step")
+
+
+def _check_fusion(flat: FlatPlan, f: _Findings) -> None:
+    """Chains of ``re`` steps the executors fuse into a pass that does not do what the plan says
+    (:mod:`nuna.plan.fusion`; nuna replays them as written there)."""
+    fusion = reduce_fusion(flat)
+    if fusion.fused:
+        passes = np.unique(fusion.head[fusion.head >= 0]).shape[0]
+        f.note(f"{f.at_plan()}{fusion.fused + passes} re steps run as {passes} fused passes, as the "
+               "executors fuse them (docs/simulator.md section 3)")
+    for n in fusion.too_long.tolist():
+        f.warn_grouped("fusion-long", f"{f.at_step(*flat.step_pos(n))}the executors fuse this re into a "
+                                      f"pass of more than {MAX_REDUCE_FUSION} reductions, more sources than "
+                                      "their kernel has room for; hasdep=1 on an earlier re of the chain "
+                                      f"cuts it (nuna splits it every {MAX_REDUCE_FUSION})")
+    for n in fusion.cnt_change.tolist():
+        f.warn_grouped("fusion-cnt", f"{f.at_step(*flat.step_pos(n))}the executors fuse this re with the "
+                                     "previous one although its cnt differs, and reduce the last cnt of "
+                                     "every source (nuna does not fuse them)")
+    for n in fusion.nop_inside.tolist():
+        f.warn_grouped("fusion-nop", f"{f.at_step(*flat.step_pos(n))}the executors fuse this re across a "
+                                     "nop with a dependency, which they then wait for only after the fused "
+                                     "pass (nuna ends the chain at the nop)")
 
 
 def _check_placement(plan: Plan, f: _Findings) -> None:

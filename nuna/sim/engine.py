@@ -1480,7 +1480,7 @@ def _grow_jobs(j_bytes: I8, j_cls: Any, used: int, need: int) -> tuple:
     if cap < need:
         cap = need
     jb = np.zeros(cap, np.int64)
-    jc = np.full((cap, 5), -1, np.int16)
+    jc = np.full((cap, j_cls.shape[1]), -1, np.int16)
     jb[:used] = j_bytes[:used]
     jc[:used] = j_cls[:used]
     return jb, jc
@@ -1547,12 +1547,14 @@ def build_jobs(n_bytes: I8, n_gpu: I4, n_peer: I4, n_addr: I8, page_base: I8, pa
     """The jobs of every node, in one pass: their offsets go into ``n_job_ptr`` (CSR), and
     ``(total, j_bytes, j_cls)`` is returned, the arrays with room for at least ``total`` rows
     (``capacity`` to begin with; an estimate, grown as needed). ``n_addr[n]`` holds the node's
-    four base addresses (load 0, load 1, local store: on its own GPU; remote store: on
-    ``n_peer[n]``; -1 = none); ``n_domain[n]`` the NAR domain its remote stores use (-1: the
-    one owning each line's destination stack). A line joins the last job of its route class
-    while that has room for it; when ``max_open`` classes are open, a new one first closes them
-    all (a bound on memory that nuna-4die cannot reach: 17^3 stack triples, -1 included, times
-    13 port columns is 63,869 classes)."""
+    base addresses: load 0, load 1, local store (on its own GPU), remote store (on
+    ``n_peer[n]``), then any further loads (a fused ``re``'s other sources; -1 = none). A job's
+    ``j_cls`` row holds the stacks of load 0, load 1 and the local store, the remote store's
+    port and stack, then the further loads' stacks. ``n_domain[n]`` is the NAR domain its
+    remote stores use (-1: the one owning each line's destination stack). A line joins the last
+    job of its route class while that has room for it; when ``max_open`` classes are open, a
+    new one first closes them all (a bound on memory that nuna-4die cannot reach: 17^3 stack
+    triples, -1 included, times 13 port columns is 63,869 classes)."""
     nn = n_bytes.shape[0]
     # shifts and masks instead of divisions by a variable (the hash granule divides the page,
     # which nuna.topology.spec requires to be a power of two, so it is one)
@@ -1561,8 +1563,13 @@ def build_jobs(n_bytes: I8, n_gpu: I4, n_peer: I4, n_addr: I8, page_base: I8, pa
         hash_shift += 1
     if (1 << hash_shift) != hash_bytes:
         raise ValueError("the address hash granule must be a power of two")
+    extra = n_addr.shape[1] - 4  # further loads
+    ncol = 5 + extra
     j_bytes = np.zeros(max(1, capacity), np.int64)
-    j_cls = np.full((max(1, capacity), 5), -1, np.int16)
+    j_cls = np.full((max(1, capacity), ncol), -1, np.int16)
+    xpg = np.full(max(1, extra), -1, np.int64)  # the further loads' page, offset, stack
+    xw = np.zeros(max(1, extra), np.int64)
+    xs = np.full(max(1, extra), -1, np.int64)
     nports = np.uint64(dom_ports.shape[1])
     # counts start as np.int64, not literals: a literal argument (``width = 2``) made numba
     # compile _class_row and _close_classes once more per literal seen during type inference
@@ -1578,7 +1585,7 @@ def build_jobs(n_bytes: I8, n_gpu: I4, n_peer: I4, n_addr: I8, page_base: I8, pa
         lines = (n_bytes[n] + line_bytes - 1) // line_bytes
         if lines > max_lines:
             max_lines = lines
-        runs = min(lines, 1 + 4 * (n_bytes[n] // page_bytes + 1))
+        runs = min(lines, 1 + (4 + extra) * (n_bytes[n] // page_bytes + 1))
         if runs > max_rows:
             max_rows = runs
     if packet_bytes <= line_bytes:
@@ -1598,7 +1605,11 @@ def build_jobs(n_bytes: I8, n_gpu: I4, n_peer: I4, n_addr: I8, page_base: I8, pa
         base = n_job_ptr[n]
         nbytes = n_bytes[n]
         count = 0
-        if nbytes > 0 and (n_addr[n, 0] >= 0 or n_addr[n, 1] >= 0 or n_addr[n, 2] >= 0 or n_addr[n, 3] >= 0):
+        moves = False
+        for c in range(4 + extra):
+            if n_addr[n, c] >= 0:
+                moves = True
+        if nbytes > 0 and moves:
             nlines = (nbytes + line_bytes - 1) // line_bytes
             j_bytes, j_cls = _grow_jobs(j_bytes, j_cls, base, base + nlines)
             # each address's page and offset in it (a line's page is its first byte's), moved
@@ -1609,12 +1620,16 @@ def build_jobs(n_bytes: I8, n_gpu: I4, n_peer: I4, n_addr: I8, page_base: I8, pa
             pg1, w1, s1 = _line_page(page_base[g], n_addr[n, 1], page_bytes, page_stack)
             pg2, w2, s2 = _line_page(page_base[g], n_addr[n, 2], page_bytes, page_stack)
             pg3, w3, s3 = _line_page(page_base[n_peer[n]], n_addr[n, 3], page_bytes, page_stack)
+            for x in range(extra):
+                xpg[x], xw[x], xs[x] = _line_page(page_base[g], n_addr[n, 4 + x], page_bytes, page_stack)
             li = 0
             while li < nlines:
                 run = _lines_on_page(pg0, w0, page_bytes, line_bytes, nlines - li)
                 run = _lines_on_page(pg1, w1, page_bytes, line_bytes, run)
                 run = _lines_on_page(pg2, w2, page_bytes, line_bytes, run)
                 run = _lines_on_page(pg3, w3, page_bytes, line_bytes, run)
+                for x in range(extra):
+                    run = _lines_on_page(xpg[x], xw[x], page_bytes, line_bytes, run)
                 # the store route defines the class; a packet loads from its first line's
                 # stack (pages are round-robin, so loads spread over stacks all the same)
                 key = ((s1 + 1) * 2048 + (s2 + 1)) * 2048 + (s3 + 1)
@@ -1657,6 +1672,8 @@ def build_jobs(n_bytes: I8, n_gpu: I4, n_peer: I4, n_addr: I8, page_base: I8, pa
                     j_cls[k, 2] = s2
                     j_cls[k, 3] = port
                     j_cls[k, 4] = s3
+                    for x in range(extra):
+                        j_cls[k, 5 + x] = xs[x]
                     count += 1
                 li += run
                 if li >= nlines:
@@ -1667,6 +1684,8 @@ def build_jobs(n_bytes: I8, n_gpu: I4, n_peer: I4, n_addr: I8, page_base: I8, pa
                 pg1, w1, s1 = _next_line_page(pg1, w1, s1, step, page_bytes, page_stack)
                 pg2, w2, s2 = _next_line_page(pg2, w2, s2, step, page_bytes, page_stack)
                 pg3, w3, s3 = _next_line_page(pg3, w3, s3, step, page_bytes, page_stack)
+                for x in range(extra):
+                    xpg[x], xw[x], xs[x] = _next_line_page(xpg[x], xw[x], xs[x], step, page_bytes, page_stack)
             _close_classes(tab, used, slots, nclass, width)
             nclass = np.int64(0)
             nopen = 0
@@ -1682,7 +1701,7 @@ def build_jobs(n_bytes: I8, n_gpu: I4, n_peer: I4, n_addr: I8, page_base: I8, pa
                 jc = j_cls[base:base + count].copy()
                 for i in range(count):
                     j_bytes[base + i] = jb[order[i]]
-                    for c in range(5):
+                    for c in range(ncol):
                         j_cls[base + i, c] = jc[order[i], c]
         n_job_ptr[n + 1] = base + count
     return n_job_ptr[nn], j_bytes, j_cls
@@ -1868,9 +1887,15 @@ def _job_loaded(net: Any, st: Any, R: Any, js: int, now: float, tail: float) -> 
     t = R.n_type[n]
     if t in (T_RRC, T_RRS, T_RRCS, T_RE):
         R.js_phase[js] = 1
+        j = R.js_job[js]
+        # a fused re reduces each further source too: one more pass of the ALU per source
+        passes = 1
+        for k in range(5, R.j_cls.shape[1]):
+            if R.j_cls[j, k] >= 0:
+                passes += 1
         p = _new_packet(st, R, js, K_ALU)
         init_packet(net, st, p, R.par_i[P_SEG_ALU] + R.n_cu[n], R.n_gpu[n] * R.par_i[P_BLOCK],
-                    R.j_bytes[R.js_job[js]], -1, 0, 0)
+                    R.j_bytes[j] * passes, -1, 0, 0)
         enter(net, st, p, now, tail)
     else:
         _job_stores(net, st, R, js, now, tail)
@@ -1885,9 +1910,10 @@ def _job_start(net: Any, st: Any, R: Any, js: int, now: float) -> None:
     base = g * R.par_i[P_BLOCK]
     stacks = R.par_i[P_STACKS]
     cus = R.par_i[P_CUS]
+    ncol = R.j_cls.shape[1]
     loads = 0
-    for k in range(2):
-        if R.j_cls[j, k] >= 0:
+    for k in range(ncol):
+        if (k < 2 or k >= 5) and R.j_cls[j, k] >= 0:
             loads += 1
     R.js_phase[js] = 0
     R.js_pending[js] = loads
@@ -1895,15 +1921,26 @@ def _job_start(net: Any, st: Any, R: Any, js: int, now: float) -> None:
     if loads == 0:
         _job_loaded(net, st, R, js, now, now)
         return
-    for k in range(2):
+    for k in range(ncol):
         s = R.j_cls[j, k]
-        if s >= 0:
+        if (k < 2 or k >= 5) and s >= 0:
             p = _new_packet(st, R, js, K_LOAD)
             # one request per line: a packet of m lines asks with m requests' bytes
             lines = (R.j_bytes[j] + R.par_i[P_LINE] - 1) // R.par_i[P_LINE]
             init_packet(net, st, p, R.par_i[P_SEG_REQ] + cu * stacks + s, base, R.par_i[P_REQ] * lines,
                         R.par_i[P_SEG_READ] + s * cus + cu, base, R.j_bytes[j])
             enter(net, st, p, now, now)
+
+
+@_hot
+def _slots_per_line(R: Any, j: int) -> int:
+    """Request slots a line of job ``j`` holds: one per two loads, as a ``re``'s line holds one
+    for its two (so a fused ``re`` of k sources, k + 1 loads, holds ceil((k + 1) / 2))."""
+    loads = 2
+    for k in range(5, R.j_cls.shape[1]):
+        if R.j_cls[j, k] >= 0:
+            loads += 1
+    return (loads + 1) // 2
 
 
 @_jit
@@ -1929,6 +1966,8 @@ def _issue(net: Any, st: Any, R: Any, cu: int, now: float) -> None:
         # may start while half of it fits, so that lines in flight average the limit rather
         # than fall short of it by half a packet
         lines = (R.j_bytes[j] + line - 1) // line
+        if R.j_cls.shape[1] > 5:
+            lines *= _slots_per_line(R, j)
         if R.cu_out[cu] > 0 and R.cu_out[cu] + lines // 2 > limit:
             return
         if R.rc[R_JS_FREE] == 0 or R.rc[R_PK_FREE] < 2:

@@ -37,6 +37,7 @@ import numpy.typing as npt
 
 from nuna.errors import SimulationError, UsageError
 from nuna.plan.dag import NONE, STEP_TYPES, FlatPlan, ReplayDag, build_dag, finish_times, flatten
+from nuna.plan.fusion import reduce_fusion
 from nuna.plan.generate import generate
 from nuna.plan.ir import Plan
 from nuna.plan.verify import SizeFit, gpu_count_mismatch, self_peer_message, self_peer_threadblocks, size_fit
@@ -103,6 +104,9 @@ class SimOptions:
     # set-up in each of the port's channels with room; "series" m set-ups after the packet;
     # "one" one (nuna <= 0.8.0). Flits replay the same under every rule
     line_setups: str = DEFAULT_LINE_SETUPS
+    # replay chains of re steps as the executors run them, one fused pass each (nuna.plan.fusion;
+    # docs/simulator.md §3); False: each re on its own (nuna <= 0.9.0), to measure what fusion buys
+    reduce_fusion: bool = True
 
 
 #: GPUs from which ``SimOptions(windowed=None)`` replays windowed: where a pod's engine state
@@ -196,6 +200,27 @@ def _addresses(flat: FlatPlan, dag: ReplayDag, layout: MemoryLayout, n_gpu: I64)
         for k in range(4):
             addr[sel, k] = cols[k][sel]
     return addr, peer.astype(np.int64)
+
+
+def _fuse_reduces(flat: FlatPlan, n_addr: I64, n_bytes: I64) -> I64:
+    """The executors' fused ``re`` passes (:mod:`nuna.plan.fusion`): a group's first step loads
+    every source of the group (its further loads: columns 4 on of the returned addresses) and
+    stores once; the others move nothing and complete as soon as they may start, right after it
+    in program order (``n_bytes`` is zeroed for them)."""
+    head = reduce_fusion(flat).head
+    cont = np.flatnonzero(head >= 0)
+    if cont.shape[0] == 0:
+        return n_addr
+    h = head[cont]
+    # a continuation's place among its group's further sources: 0, 1, ... in program order
+    start = np.flatnonzero(np.concatenate(([True], h[1:] != h[:-1])))
+    place = np.arange(cont.shape[0]) - np.repeat(start, np.diff(np.append(start, cont.shape[0])))
+    out = np.full((n_addr.shape[0], 4 + int(place.max()) + 1), -1, dtype=np.int64)
+    out[:, :4] = n_addr
+    out[h, 4 + place] = n_addr[cont, 0]  # a re's load 0 is its source
+    out[cont, :] = -1
+    n_bytes[cont] = 0
+    return out
 
 
 def auto_packet_bytes(total_lines: int, line_bytes: int, options: SimOptions) -> int:
@@ -323,6 +348,11 @@ def _bounds(spec: TopologySpec, net: PodNet, short: _Shortest, sent: I64,
                       + chip.memory_access_latency_ns + beta)
 
 
+def _load_columns(j_cls: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """The columns of ``eng.build_jobs``' route classes that are loads' stacks."""
+    return np.concatenate([j_cls[:, :2], j_cls[:, 5:]], axis=1)
+
+
 def _step_floor_ns(spec: TopologySpec, net: PodNet, short: _Shortest, dag: ReplayDag, code: I64,
                    n_bytes: I64, n_job_ptr: I64, j_cls: npt.NDArray[np.int64], packet_bytes: int) -> float:
     """The plan's critical path when every step takes the least time any placement allows.
@@ -343,7 +373,10 @@ def _step_floor_ns(spec: TopologySpec, net: PodNet, short: _Shortest, dag: Repla
     node_of = np.repeat(np.arange(nn), njobs)
     cls = j_cls  # one row per job
     n_loads = np.zeros(nn, dtype=np.int64)
-    np.maximum.at(n_loads, node_of, (cls[:, 0] >= 0).astype(np.int64) + (cls[:, 1] >= 0))
+    np.maximum.at(n_loads, node_of, (_load_columns(cls) >= 0).sum(axis=1))
+    # passes of the ALU per line: one per source beyond the first (a fused re has several)
+    passes = np.ones(nn, dtype=np.int64)
+    np.maximum.at(passes, node_of, 1 + (cls[:, 5:] >= 0).sum(axis=1))
     local = np.bincount(node_of[cls[:, 2] >= 0], minlength=nn) > 0
     remote = np.bincount(node_of[cls[:, 3] >= 0], minlength=nn) > 0
     alu = np.isin(code, (eng.T_RRC, eng.T_RRS, eng.T_RRCS, eng.T_RE)) & (njobs > 0)
@@ -355,12 +388,14 @@ def _step_floor_ns(spec: TopologySpec, net: PodNet, short: _Shortest, dag: Repla
     stream_ns = np.maximum.reduce([
         (n_loads * nbytes - first) / short.cu_in_bytes_per_ns,
         ((local.astype(np.int64) + remote) * nbytes - first) / short.cu_out_bytes_per_ns,
-        alu * (nbytes - first) / net.reduce_bytes_per_ns,
+        alu * (passes * nbytes - first) / net.reduce_bytes_per_ns,
         np.zeros(nn),
     ])
     packet_lines = max(1, packet_bytes // line)
     window = chip.max_outstanding_requests_per_cu + (packet_lines + 1) // 2
-    rounds = -(-((n_bytes + line - 1) // line) // window)
+    # a line holds a request slot per two loads (engine ``_slots_per_line``)
+    slots = (n_loads + 1) // 2 if cls.shape[1] > 5 else np.ones(nn, dtype=np.int64)
+    rounds = -(-(np.maximum(slots, 1) * ((n_bytes + line - 1) // line)) // window)
     duration = np.where(njobs > 0, first_line_ns + np.maximum(stream_ns, (rounds - 1) * first_line_ns), 0.0)
     finish = finish_times(dag, duration)
     return 0.0 if np.isnan(finish).any() else float(finish.max(initial=0.0))
@@ -516,6 +551,8 @@ def _prepare(plan: Plan, topology_spec: TopologySpec, size_bytes: int, packet_by
     n_addr, n_peer = _addresses(flat, dag, layout, n_gpu)
     n_bytes = flat.count.astype(np.int64) * cb
     n_bytes[flat.code == eng.T_NOP] = 0
+    if opts.reduce_fusion:
+        n_addr = _fuse_reduces(flat, n_addr, n_bytes)
 
     # jobs
     g_nar = plan.placement.nar_granularity or 1
@@ -547,7 +584,8 @@ def _prepare(plan: Plan, topology_spec: TopologySpec, size_bytes: int, packet_by
     # the placement floor counts a load before every remote store (true of every replay step
     # that stores remotely: sends and forwards read their data from memory first)
     remote = j_cls[:njobs, 3] >= 0
-    loads_first = bool(((j_cls[:njobs, 0] >= 0) | (j_cls[:njobs, 1] >= 0))[remote].all())
+    loads = np.any(_load_columns(j_cls[:njobs]) >= 0, axis=1)
+    loads_first = bool(np.all(loads[remote]))
     short = _shortest(spec, net)
     lower, floor = _bounds(spec, net, short, lb_sent, loads_first)
     floor = max(floor, _step_floor_ns(spec, net, short, dag, flat.code, n_bytes, n_job_ptr, j_cls[:njobs],
@@ -603,7 +641,7 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *,
     domains = ngpus if window_ns > 0.0 else 1
     indeg = dag.ctrl_indegree.astype(np.int64).copy()
     pools = _pools(n_gpu, n_cu, n_job_ptr, indeg, chip.cus, limit, njobs, domains, opts.hist_bins,
-                   psize // line)
+                   psize // line, _load_columns(j_cls[:max(1, njobs)]).shape[1])
     packets = pools.packets
     margin = 16 * limit + 16 * 1024
     heap = packets + 2 * margin if domains == 1 else 2 * margin + 4 * packets // domains
@@ -702,12 +740,13 @@ class _Pools:
 
 
 def _pools(n_gpu: I64, n_cu: I64, n_job_ptr: I64, indeg: I64, cus: int, limit: int, njobs: int,
-           domains: int, bins: int, lines_per_packet: int) -> _Pools:
+           domains: int, bins: int, lines_per_packet: int, loads_per_job: int) -> _Pools:
     """Pools sized for the jobs in flight at once: a CU holds at most ``limit`` request slots,
-    so at most ``min(jobs, CUs x limit)`` jobs; a job has at most two packets in flight. With
-    windowed scheduling (``domains`` GPUs) each GPU has its own share, and a remote store's
-    packet stays out of its pool until the window after both sides of its landing (see
-    ``eng._free_landed``), possibly after its job slot is in use again: four per job slot.
+    so at most ``min(jobs, CUs x limit)`` jobs; a job has at most ``b = max(2, loads_per_job)``
+    packets in flight (two stores, or its loads). With windowed scheduling (``domains`` GPUs)
+    each GPU has its own share, and a remote store's packet stays out of its pool until the
+    window after both sides of its landing (see ``eng._free_landed``), possibly after its job
+    slot is in use again: ``2b`` per job slot.
 
     The event rings are sized for two packets per job a CU's request slots can hold (a job of
     ``lines_per_packet`` lines takes as many slots). Not a bound: windowed, other GPUs' stores
@@ -717,12 +756,13 @@ def _pools(n_gpu: I64, n_cu: I64, n_job_ptr: I64, indeg: I64, cus: int, limit: i
     nn = n_gpu.shape[0]
     has_jobs = np.diff(n_job_ptr) > 0
     per_cu = -(-limit // lines_per_packet)
+    per_job = max(2, loads_per_job)
     ready0 = np.flatnonzero(indeg == 0)[::-1]  # popped from the end: in step order
     rc = np.zeros(eng.NRC, dtype=np.int64)
     if domains == 1:
         cus_used = np.unique((n_gpu * cus + n_cu)[has_jobs]).shape[0]
         slots = int(min(njobs, cus_used * limit)) + 1
-        packets = 2 * slots + 2
+        packets = per_job * slots + 2
         ring_events = 2 * int(min(njobs, cus_used * per_cu))
         ready = np.zeros(max(1, nn), dtype=np.int64)
         ready[:ready0.shape[0]] = ready0
@@ -738,7 +778,7 @@ def _pools(n_gpu: I64, n_cu: I64, n_job_ptr: I64, indeg: I64, cus: int, limit: i
     used = np.unique((n_gpu * cus + n_cu)[has_jobs])
     g_cus = np.bincount(used // cus, minlength=G)
     g_slots = np.minimum(g_jobs, g_cus * limit) + 1
-    g_packets = 4 * g_slots + 2
+    g_packets = 2 * per_job * g_slots + 2
     ring_events = 2 * int(np.minimum(g_jobs, g_cus * per_cu).max())
     g_nodes = np.bincount(n_gpu, minlength=G)
     d_rc = np.zeros((G, eng.NRC), dtype=np.int64)

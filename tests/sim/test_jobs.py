@@ -1,7 +1,8 @@
 """The replay's jobs (``nuna.sim.engine.build_jobs``) against their definition written out.
 
 A job is one packet's worth of a step's lines that share a route class (the stacks of load 1,
-the local store and the remote store, and the remote store's I/O port); a line joins the last
+the local store and the remote store, and the remote store's I/O port; load 0 and any further
+loads take the stacks of the line that opens the job); a line joins the last
 job of its class while that has room, and a node's jobs are issued in the order of their mean
 line index. The compiled version walks the pages run by run and keeps its classes in a small
 table; the reference below goes line by line with a dict, dividing as the definition says.
@@ -54,7 +55,7 @@ def _reference(sizes, gpus, peers, addrs, page_base, page_stack, page_phys, nar,
                     else:  # the step's own domain (a topology choosing ports by CU)
                         row = nar_domain_ports(SPEC, nar)[domains[n]]
                         port = row[mix64(phys // SPEC.chip.address_hash_granularity_bytes) % len(row)]
-                cls = (stacks[0], stacks[1], stacks[2], port, stacks[3])
+                cls = (stacks[0], stacks[1], stacks[2], port, stacks[3], *stacks[4:])
                 if packet > line:
                     key = (stacks[1], stacks[2], port, stacks[3])
                     if key not in open_:
@@ -78,9 +79,11 @@ def _reference(sizes, gpus, peers, addrs, page_base, page_stack, page_phys, nar,
 
 @settings(max_examples=60, deadline=None)
 @given(data=st.data(), line=st.sampled_from([256, 200, 512, 5000]), packets=st.integers(1, 40),
-       nar=st.sampled_from([1, 2, 3, 4]), max_open=st.sampled_from([1, 2, 3, 1 << 17]))
+       nar=st.sampled_from([1, 2, 3, 4]), max_open=st.sampled_from([1, 2, 3, 1 << 17]),
+       further=st.sampled_from([0, 0, 1, 3]))
 def test_build_jobs_follows_its_definition(data, line: int, packets: int, nar: int,  # type: ignore[no-untyped-def]
-                                           max_open: int) -> None:
+                                           max_open: int, further: int) -> None:
+    """(``further``: loads beyond the first two, as a fused re's other sources)"""
     packet = line * packets
     npages = 24  # per GPU, two GPUs
     page_stack = np.array(data.draw(st.lists(st.integers(0, 15), min_size=2 * npages, max_size=2 * npages)),
@@ -93,7 +96,8 @@ def test_build_jobs_follows_its_definition(data, line: int, packets: int, nar: i
     for _ in range(nodes):
         size = data.draw(st.integers(0, 6 * PAGE))
         room = npages * PAGE - size  # every address keeps the node's bytes on its GPU's pages
-        addrs.append([data.draw(st.one_of(st.just(NO_ADDRESS), st.integers(0, room))) for _ in range(4)])
+        addrs.append([data.draw(st.one_of(st.just(NO_ADDRESS), st.integers(0, room))) for _ in range(4)]
+                     + [data.draw(st.integers(0, room)) for _ in range(further)])
         sizes.append(size)
         gpus.append(data.draw(st.integers(0, 1)))
         peers.append(data.draw(st.integers(0, 1)))

@@ -1,0 +1,50 @@
+"""Replays of fused ``re`` passes (nuna.plan.fusion): each group loads its sources and its
+destination once and stores once, its other steps move nothing, and the bounds still hold."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from nuna.plan.dag import flatten
+from nuna.plan.fusion import reduce_fusion
+from nuna.plan.generate import generate
+from nuna.sim import SimOptions, simulate
+from nuna.topology.spec import load_topology
+
+
+@pytest.fixture(scope="module")
+def spec():  # type: ignore[no-untyped-def]
+    return load_topology("nuna-4die")
+
+
+@pytest.mark.parametrize(("collective", "ngpus", "k", "size"), [
+    ("reducescatter", 8, 1, 1 << 20), ("reducescatter", 8, 2, 3 << 16), ("allreduce", 4, 1, 1 << 18),
+    ("allreduce", 20, 1, 20 << 12)])
+def test_a_fused_pass_saves_a_load_and_a_store_per_fused_step(  # type: ignore[no-untyped-def]
+        spec, collective: str, ngpus: int, k: int, size: int) -> None:
+    plan = generate(collective, ngpus, tbs_per_peer=k)
+    fused = reduce_fusion(flatten(plan)).fused
+    assert fused > 0
+    on = simulate(plan, spec, size)
+    off = simulate(plan, spec, size, options=SimOptions(reduce_fusion=False))
+    line = spec.chip.flit_bytes
+    lines = -(-on.chunk_bytes // line)  # every re here moves one chunk
+    request = SimOptions().request_bytes
+    # an HBM link carries a load's request in and its data out, and a store's data in
+    saved = off.link_classes["hbm"]["bytes"] - on.link_classes["hbm"]["bytes"]
+    assert saved == fused * lines * (request + 2 * line)
+    # the same data crosses the pod, and no replay beats its bounds
+    assert (on.port_egress_bytes == off.port_egress_bytes).all()
+    assert on.time_ns >= on.placement_floor_ns >= on.lower_bound_ns
+    assert on.time_ns < off.time_ns
+
+
+def test_without_re_chains_fusion_changes_nothing(spec) -> None:  # type: ignore[no-untyped-def]
+    plan = generate("allgather", 4)
+    on, off = (simulate(plan, spec, 1 << 18, options=SimOptions(reduce_fusion=f)).to_json()
+               for f in (True, False))
+    on.pop("wall_s")
+    off.pop("wall_s")
+    assert json.dumps(on, sort_keys=True) == json.dumps(off, sort_keys=True)
