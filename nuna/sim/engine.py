@@ -1970,7 +1970,8 @@ def _issue(net: Any, st: Any, R: Any, cu: int, now: float) -> None:
             lines *= _slots_per_line(R, j)
         if R.cu_out[cu] > 0 and R.cu_out[cu] + lines // 2 > limit:
             return
-        if R.rc[R_JS_FREE] == 0 or R.rc[R_PK_FREE] < 2:
+        # (a job may need its loads' packets at once: two, or a fused re's more)
+        if R.rc[R_JS_FREE] == 0 or R.rc[R_PK_FREE] < R.j_cls.shape[1] - 3:
             R.rc[R_LOSTJOB] = 1  # pools are sized so that this cannot happen
             st.ctr[C_OVERFLOW] = 1
             return

@@ -742,11 +742,16 @@ class _Pools:
 def _pools(n_gpu: I64, n_cu: I64, n_job_ptr: I64, indeg: I64, cus: int, limit: int, njobs: int,
            domains: int, bins: int, lines_per_packet: int, loads_per_job: int) -> _Pools:
     """Pools sized for the jobs in flight at once: a CU holds at most ``limit`` request slots,
-    so at most ``min(jobs, CUs x limit)`` jobs; a job has at most ``b = max(2, loads_per_job)``
-    packets in flight (two stores, or its loads). With windowed scheduling (``domains`` GPUs)
-    each GPU has its own share, and a remote store's packet stays out of its pool until the
-    window after both sides of its landing (see ``eng._free_landed``), possibly after its job
-    slot is in use again: ``2b`` per job slot.
+    so at most ``min(jobs, CUs x limit)`` jobs; a job has at most two packets in flight. With
+    windowed scheduling (``domains`` GPUs) each GPU has its own share, and a remote store's
+    packet stays out of its pool until the window after both sides of its landing (see
+    ``eng._free_landed``), possibly after its job slot is in use again: four per job slot.
+
+    A fused ``re``'s job has up to ``loads_per_job`` packets (its loads) but holds a request
+    slot per two loads of each line (``eng._slots_per_line``): a CU's jobs then have at most
+    two packets per slot they hold, and they hold at most ``limit`` plus the last job's
+    (its start overshoots by at most half of it, ``eng._issue``); windowed, the remote stores
+    waiting for a window's end come on top, at most two per job slot as above.
 
     The event rings are sized for two packets per job a CU's request slots can hold (a job of
     ``lines_per_packet`` lines takes as many slots). Not a bound: windowed, other GPUs' stores
@@ -757,12 +762,15 @@ def _pools(n_gpu: I64, n_cu: I64, n_job_ptr: I64, indeg: I64, cus: int, limit: i
     has_jobs = np.diff(n_job_ptr) > 0
     per_cu = -(-limit // lines_per_packet)
     per_job = max(2, loads_per_job)
+    fused_held = lines_per_packet * ((per_job + 1) // 2)  # the most slots one fused job holds
     ready0 = np.flatnonzero(indeg == 0)[::-1]  # popped from the end: in step order
     rc = np.zeros(eng.NRC, dtype=np.int64)
     if domains == 1:
         cus_used = np.unique((n_gpu * cus + n_cu)[has_jobs]).shape[0]
         slots = int(min(njobs, cus_used * limit)) + 1
-        packets = per_job * slots + 2
+        packets = 2 * slots + 2
+        if per_job > 2:
+            packets = min(per_job * slots, 2 * cus_used * (limit + fused_held)) + 2
         ring_events = 2 * int(min(njobs, cus_used * per_cu))
         ready = np.zeros(max(1, nn), dtype=np.int64)
         ready[:ready0.shape[0]] = ready0
@@ -778,7 +786,9 @@ def _pools(n_gpu: I64, n_cu: I64, n_job_ptr: I64, indeg: I64, cus: int, limit: i
     used = np.unique((n_gpu * cus + n_cu)[has_jobs])
     g_cus = np.bincount(used // cus, minlength=G)
     g_slots = np.minimum(g_jobs, g_cus * limit) + 1
-    g_packets = 2 * per_job * g_slots + 2
+    g_packets = 4 * g_slots + 2
+    if per_job > 2:
+        g_packets = np.minimum(2 * per_job * g_slots, 2 * g_cus * (limit + fused_held) + 2 * g_slots) + 2
     ring_events = 2 * int(np.minimum(g_jobs, g_cus * per_cu).max())
     g_nodes = np.bincount(n_gpu, minlength=G)
     d_rc = np.zeros((G, eng.NRC), dtype=np.int64)

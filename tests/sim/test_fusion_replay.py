@@ -19,16 +19,20 @@ def spec():  # type: ignore[no-untyped-def]
     return load_topology("nuna-4die")
 
 
-@pytest.mark.parametrize(("collective", "ngpus", "k", "size"), [
-    ("reducescatter", 8, 1, 1 << 20), ("reducescatter", 8, 2, 3 << 16), ("allreduce", 4, 1, 1 << 18),
-    ("allreduce", 20, 1, 20 << 12)])
+@pytest.mark.parametrize(("collective", "ngpus", "k", "size", "packet", "windowed"), [
+    ("reducescatter", 8, 1, 1 << 20, None, None), ("reducescatter", 8, 2, 3 << 16, None, None),
+    ("allreduce", 4, 1, 1 << 18, None, None), ("allreduce", 20, 1, 20 << 12, None, None),
+    # packets of 16 lines, windowed: the pools hold a fused job's 17 loads (replay._pools)
+    ("allreduce", 20, 1, 20 << 16, 4096, True), ("reducescatter", 8, 1, 1 << 22, 4096, False)])
 def test_a_fused_pass_saves_a_load_and_a_store_per_fused_step(  # type: ignore[no-untyped-def]
-        spec, collective: str, ngpus: int, k: int, size: int) -> None:
+        spec, collective: str, ngpus: int, k: int, size: int, packet: int | None,
+        windowed: bool | None) -> None:
     plan = generate(collective, ngpus, tbs_per_peer=k)
     fused = reduce_fusion(flatten(plan)).fused
     assert fused > 0
-    on = simulate(plan, spec, size)
-    off = simulate(plan, spec, size, options=SimOptions(reduce_fusion=False))
+    on = simulate(plan, spec, size, packet_bytes=packet, options=SimOptions(windowed=windowed))
+    off = simulate(plan, spec, size, packet_bytes=packet,
+                   options=SimOptions(reduce_fusion=False, windowed=windowed))
     line = spec.chip.flit_bytes
     lines = -(-on.chunk_bytes // line)  # every re here moves one chunk
     request = SimOptions().request_bytes

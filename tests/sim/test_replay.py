@@ -223,8 +223,10 @@ def test_placement_bounds_without_a_replay_are_the_replays_and_ignore_placement(
         plan, spec, size, packet_bytes=packet)  # type: ignore[arg-type]
 
 
+# (the direct reduce-scatter and allreduce of 5 and 4 GPUs end in chains of fused re steps)
 CASES = [("allgather", "direct", 2), ("allgather", "ring", 3), ("alltoall", "direct", 3),
-         ("reducescatter", "direct", 3), ("allreduce", "direct", 2), ("allreduce", "ring", 3)]
+         ("reducescatter", "direct", 3), ("allreduce", "direct", 2), ("allreduce", "ring", 3),
+         ("reducescatter", "direct", 5), ("allreduce", "direct", 4)]
 
 
 @pytest.mark.parametrize(("collective", "algo", "ngpus"), CASES)
