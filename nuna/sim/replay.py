@@ -513,6 +513,8 @@ def _check_options(opts: SimOptions) -> None:
     if opts.line_setups not in LINE_SETUP_RULES:
         raise UsageError(f"head set-ups per packet must be one of {', '.join(sorted(LINE_SETUP_RULES))}, "
                          f"got {opts.line_setups!r}")
+    if not isinstance(opts.reduce_fusion, bool):
+        raise UsageError(f"SimOptions.reduce_fusion must be True or False, got {opts.reduce_fusion!r}")
     problem = None if opts.router is None else router_params_problem(opts.router)
     if problem is not None:
         raise UsageError(f"SimOptions.{problem}")

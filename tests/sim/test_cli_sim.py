@@ -337,3 +337,23 @@ def test_a_flat_chips_trace_names_no_router(run_cli, plan_file: Path, tmp_path: 
              if e["ph"] == "M" and e["name"] == "thread_name"]
     assert names
     assert all(" CU " in n and "router" not in n for n in names)
+
+
+def test_simulate_replays_re_chains_fused_unless_told_not_to(run_cli, tmp_path: Path) -> None:
+    from nuna.sim import SimOptions, simulate
+    from nuna.topology.spec import load_topology
+
+    plan = generate("reducescatter", 8)
+    path = tmp_path / "rs8.xml"
+    save(plan, path)
+    times = {}
+    for flag in ("--reduce-fusion", "--no-reduce-fusion"):
+        out = tmp_path / f"{flag}.json"
+        res = run_cli("simulate", path, "--size", "256KiB", "--json", out, flag)
+        assert res.code == 0, res.err
+        times[flag] = json.loads(out.read_text())["time_ns"]
+    spec = load_topology("nuna-4die")
+    assert times["--reduce-fusion"] == simulate(plan, spec, 256 * 1024).time_ns
+    assert times["--no-reduce-fusion"] == simulate(plan, spec, 256 * 1024,
+                                                   options=SimOptions(reduce_fusion=False)).time_ns
+    assert times["--reduce-fusion"] < times["--no-reduce-fusion"]

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from nuna.errors import UsageError
 from nuna.plan.dag import flatten
 from nuna.plan.fusion import reduce_fusion
 from nuna.plan.generate import generate
@@ -52,3 +53,10 @@ def test_without_re_chains_fusion_changes_nothing(spec) -> None:  # type: ignore
     on.pop("wall_s")
     off.pop("wall_s")
     assert json.dumps(on, sort_keys=True) == json.dumps(off, sort_keys=True)
+
+
+@pytest.mark.parametrize("value", [1, "no", None])
+def test_reduce_fusion_must_be_a_bool(spec, value: object) -> None:  # type: ignore[no-untyped-def]
+    plan = generate("reducescatter", 4)
+    with pytest.raises(UsageError, match=r"SimOptions\.reduce_fusion must be True or False"):
+        simulate(plan, spec, 1 << 16, options=SimOptions(reduce_fusion=value))  # type: ignore[arg-type]
