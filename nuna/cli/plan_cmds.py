@@ -117,6 +117,8 @@ def info(
         f"GPUs: {s.ngpus}  channels: {s.nchannels}  chunks per loop: {s.nchunksperloop}",
         f"threadblocks per GPU: {tb_text} (total {sum(tbs)})",
         f"steps: {s.total_steps} (" + ", ".join(f"{t} {n}" for t, n in s.steps_by_type) + ")",
+        *([f"fused re passes: {s.fused_re[1]} ({s.fused_re[0]} re steps; the executors fuse them, and so "
+           "does the replay)"] if s.fused_re[1] else []),
         "chunks per GPU (input/output/scratch): " + _chunk_text(s.chunks_per_gpu),
         f"placement: {s.placement}",
     ]

@@ -23,6 +23,7 @@ every message starts ``file:line:``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections import Counter
 from collections.abc import Iterable
@@ -698,6 +699,8 @@ class PlanSummary:
     sent_bytes: tuple[int, ...] | None = None
     received_bytes: tuple[int, ...] | None = None
     fit: SizeFit | None = None  # with a size: chunk bytes, and whether an executor selects the plan
+    # re steps the executors fuse into passes of several (nuna.plan.fusion): (steps, passes)
+    fused_re: tuple[int, int] = (0, 0)
 
     @property
     def chunk_bytes(self) -> int | None:
@@ -727,6 +730,7 @@ class PlanSummary:
         if self.fit is not None:
             out["padding_bytes"] = self.fit.padding_bytes
             out["msccl_selectable"] = self.fit.msccl_selectable
+        out["fused_re"] = {"steps": self.fused_re[0], "passes": self.fused_re[1]}
         return out
 
 
@@ -834,6 +838,12 @@ def summarize(plan: Plan, size_bytes: int | None = None) -> PlanSummary:
         placement = ", ".join(parts)
     fit = size_fit(plan, size_bytes) if size_bytes is not None else None
     chunk = fit.chunk_bytes if fit is not None else None
+    fused_re = (0, 0)
+    if counts[StepType.REDUCE] > 1:
+        with contextlib.suppress(PlanError):  # an integer past 64 bits: nothing to fuse is said
+            head = reduce_fusion(flatten(plan)).head
+            passes = int(np.unique(head[head >= 0]).shape[0])
+            fused_re = (int((head >= 0).sum()) + passes, passes)
     return PlanSummary(
         name=plan.name, collective=plan.coll_xml, protocol=plan.protocol.value, ngpus=plan.ngpus,
         nchannels=plan.nchannels, nchunksperloop=plan.nchunksperloop, inplace=plan.inplace,
@@ -847,6 +857,7 @@ def summarize(plan: Plan, size_bytes: int | None = None) -> PlanSummary:
         sent_bytes=None if chunk is None else tuple(c * chunk for c in sent),
         received_bytes=None if chunk is None else tuple(c * chunk for c in received),
         fit=fit,
+        fused_re=fused_re,
     )
 
 

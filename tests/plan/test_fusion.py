@@ -14,7 +14,7 @@ from nuna.plan.dag import flatten
 from nuna.plan.fusion import MAX_REDUCE_FUSION, reduce_fusion
 from nuna.plan.generate import generate
 from nuna.plan.ir import Buffer, Collective, Gpu, Plan, Protocol, Step, StepType, Threadblock
-from nuna.plan.verify import verify
+from nuna.plan.verify import summarize, verify
 
 _RE, _NOP, _CPY = StepType.REDUCE, StepType.NOP, StepType.COPY
 _I, _S = Buffer.INPUT, Buffer.SCRATCH
@@ -165,3 +165,16 @@ def test_generated_plans_keep_fused_passes_within_the_kernel_limit() -> None:
         assert -(-(n - 2) // MAX_REDUCE_FUSION) * n == heads.size
         warnings = verify(plan, semantics=False).warnings
         assert not [w for w in warnings if "hasdep" in w or "fuse" in w]
+
+
+def test_the_summary_counts_fused_steps_and_passes() -> None:
+    # 8 GPUs: each GPU's reducer adds 6 peers' contributions in one chain, one pass
+    assert summarize(generate("allreduce", 8)).fused_re == (48, 8)
+    assert summarize(generate("allreduce", 8)).to_dict()["fused_re"] == {"steps": 48, "passes": 8}
+    # 20 GPUs: chains of 18, passes of 16 and 2
+    assert summarize(generate("reducescatter", 20)).fused_re == (20 * 18, 40)
+    assert summarize(generate("allgather", 8)).fused_re == (0, 0)
+    # re steps into different destinations do not chain
+    two = (Step(0, _RE, _S, 0, _I, 0, 1), Step(1, _RE, _S, 1, _I, 1, 1))
+    assert summarize(_plan([two])).fused_re == (0, 0)
+    assert summarize(_plan([(two[0], Step(1, _RE, _S, 1, _I, 0, 1))])).fused_re == (2, 1)
