@@ -25,7 +25,7 @@ from nuna.experiments.spec import canonical_json, recorded_plan_file, recorded_t
 from nuna.experiments.store import load_results
 from nuna.plan.generate import generate
 from nuna.plan.xml import load
-from nuna.sim import placement_bounds
+from nuna.sim import SimOptions, placement_bounds
 from nuna.text import one_line
 from nuna.topology.spec import load_topology
 from nuna.units import format_size
@@ -38,7 +38,7 @@ _VARIANTS = ("config", "nar_granularity", "tbs_per_peer")
 #: column titles of the point fields a sweep may vary besides the shown ones
 _TITLES = {"topology": "topology", "algo": "algo", "packet_bytes": "packet", "max_packet_bytes": "packet cap",
            "gemm_bytes": "GEMM", "seed": "seed", "windowed": "windowed", "fast_forward": "fast-forward",
-           "line_setups": "line set-ups"}
+           "line_setups": "line set-ups", "reduce_fusion": "re fusion"}
 _SIZES = ("packet_bytes", "max_packet_bytes", "gemm_bytes")
 
 
@@ -53,8 +53,10 @@ def floor_now(point: dict[str, Any], topology: str | None = None, plan_file: str
     else:
         plan = generate(point["collective"], int(point["gpus"]), algo=point["algo"],
                         tbs_per_peer=int(point["tbs_per_peer"]))
+    # (a sweep without re fusion has other steps, so another floor)
+    options = SimOptions(reduce_fusion=point.get("reduce_fusion") is not False)
     return placement_bounds(plan, load_topology(topology or point["topology"]), int(point["size_bytes"]),
-                            packet_bytes=point["packet_bytes"])[1]
+                            packet_bytes=point["packet_bytes"], options=options)[1]
 
 
 def headroom_rows(out_dir: Path, configs: tuple[str, str] = ("UA", "NAP+NAR"),

@@ -55,6 +55,9 @@ def figure(
     line_setups: LineSetups | None = typer.Option(None, "--line-setups", help=LINE_SETUPS_HELP
                                                   + " Other than the default: into a sweep of its own "
                                                   "(fig9-setups-series).", show_default=False),
+    no_reduce_fusion: bool = typer.Option(False, "--no-reduce-fusion", help="Replay every re step on its "
+                                          "own rather than each chain the MSCCL executors fuse as one pass "
+                                          "(nuna <= 0.9.0), into a sweep of its own (fig9-nofusion)."),
 ) -> None:
     """Render one of the paper's Figures 9-14 from its sweep (run or resumed as needed).
 
@@ -75,7 +78,8 @@ def figure(
         result = run_figure(name, out, spec_dir=spec_dir, quick=quick, executor=executor.value, jobs=jobs,
                             progress=bar, only=only, windowed=windowed, max_packet_bytes=cap,
                             fast_forward=fast_forward, retry_failed=retry_failed,
-                            line_setups=None if line_setups is None else line_setups.value)
+                            line_setups=None if line_setups is None else line_setups.value,
+                            reduce_fusion=not no_reduce_fusion)
     finally:
         bar.close()
     s = result.summary

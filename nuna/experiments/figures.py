@@ -41,6 +41,7 @@ from nuna.experiments.spec import (
     check_spec_inputs,
     fast_forward_spec,
     line_setups_spec,
+    no_fusion_spec,
     packet_cap_spec,
     restrict_grid,
     windowed_spec,
@@ -146,7 +147,8 @@ def run_figure(name: str, out_dir: str | Path, *, spec_dir: str | Path | None = 
                progress: ProgressCallback | None = None,
                only: Mapping[str, Sequence[str]] | None = None, windowed: bool | None = None,
                max_packet_bytes: int | None = None, fast_forward: bool = False,
-               line_setups: str | None = None, retry_failed: bool = False) -> FigureOutput:
+               line_setups: str | None = None, reduce_fusion: bool = True,
+               retry_failed: bool = False) -> FigureOutput:
     """Run (or resume) figure ``name``'s sweep under ``out_dir/sweeps`` and write
     ``out_dir/NAME.{png,svg,json}`` (``NAME-quick.*`` with ``quick``). ``only`` replaces grid
     axes (:func:`nuna.experiments.spec.restrict_grid`: a partial grid, named after the change,
@@ -159,7 +161,8 @@ def run_figure(name: str, out_dir: str | Path, *, spec_dir: str | Path | None = 
     ``max_packet_bytes`` caps ``"auto"``'s packets (:func:`nuna.experiments.spec.packet_cap_spec`);
     ``fast_forward`` skips steady states (:func:`nuna.experiments.spec.fast_forward_spec`);
     ``line_setups`` other than the simulator's default replays packets with another head set-up
-    rule (:func:`nuna.experiments.spec.line_setups_spec`)."""
+    rule (:func:`nuna.experiments.spec.line_setups_spec`); ``reduce_fusion`` ``False`` replays
+    each ``re`` step on its own (:func:`nuna.experiments.spec.no_fusion_spec`)."""
     spec = load_sweep_spec(figure_spec_path(name, spec_dir))
     if only:
         spec = restrict_grid(spec, only)
@@ -173,6 +176,8 @@ def run_figure(name: str, out_dir: str | Path, *, spec_dir: str | Path | None = 
         spec = fast_forward_spec(spec)
     if line_setups is not None and line_setups != DEFAULT_LINE_SETUPS:
         spec = line_setups_spec(spec, line_setups)
+    if not reduce_fusion:
+        spec = no_fusion_spec(spec)
     # the command line's values (a pod size, a threadblock count, a packet cap) meet the
     # spec's topologies only here: a combination no point could run is an error now
     check_spec_inputs(spec)

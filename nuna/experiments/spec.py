@@ -166,7 +166,7 @@ _SECTIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
                    "also", "plans"}),
     ),
     "fixed": (frozenset(), frozenset({"algo", "packet_bytes", "max_packet_bytes", "seed", "windowed",
-                                      "fast_forward", "line_setups"})),
+                                      "fast_forward", "line_setups", "reduce_fusion"})),
 }
 
 #: grid axes: spec-file key -> SweepSpec field, in expansion order (outermost first)
@@ -222,6 +222,9 @@ class Point:
     shortcut, so a point of its own). ``line_setups`` names the router head set-ups behind a
     packet of several lines (``nuna.sim.SimOptions.line_setups``; ``None``: the simulator's
     default): another model of coarse packets, so a set rule is a point of its own.
+    ``reduce_fusion`` ``False`` replays each ``re`` step on its own rather than chains of them
+    as the executors' fused passes (``nuna.sim.SimOptions.reduce_fusion``, as nuna <= 0.9.0
+    did): another model of reductions, so a point of its own.
 
     :attr:`plan` is ``None``: the point's plan is generated. A point of a plan file is a
     :class:`PlanPoint`.
@@ -242,6 +245,7 @@ class Point:
     max_packet_bytes: int | None = None
     fast_forward: bool = False
     line_setups: str | None = None
+    reduce_fusion: bool = True
 
     @property
     def plan(self) -> str | None:
@@ -250,13 +254,14 @@ class Point:
         return None
 
     def as_dict(self) -> dict[str, Any]:
-        # "windowed", "max_packet_bytes", "fast_forward", "line_setups" and "plan" only when
-        # set, so that points without them keep their ids
+        # "windowed", "max_packet_bytes", "fast_forward", "line_setups", "reduce_fusion" and
+        # "plan" only when set, so that points without them keep their ids
         return {**({"windowed": self.windowed} if self.windowed is not None else {}),
             **({"plan": self.plan} if self.plan is not None else {}),
             **({"max_packet_bytes": self.max_packet_bytes} if self.max_packet_bytes is not None else {}),
             **({"fast_forward": True} if self.fast_forward else {}),
             **({"line_setups": self.line_setups} if self.line_setups is not None else {}),
+            **({"reduce_fusion": False} if not self.reduce_fusion else {}),
             "algo": self.algo,
             "collective": self.collective,
             "config": self.config,
@@ -297,6 +302,8 @@ class Point:
             parts.append("fast-forward")
         if self.line_setups is not None:
             parts.append(f"setups-{self.line_setups}")
+        if not self.reduce_fusion:
+            parts.append("nofusion")
         return " ".join(parts)
 
 
@@ -371,6 +378,7 @@ class SweepSpec:
     max_packet_bytes: int | None = None
     fast_forward: bool = False
     line_setups: str | None = None
+    reduce_fusion: bool = True
     also: tuple[GridPatch, ...] = ()
     source: str = field(default="<spec>", compare=False)
 
@@ -528,6 +536,7 @@ def _expand_one(spec: SweepSpec) -> list[Point]:
             "max_packet_bytes": spec.max_packet_bytes,
             "fast_forward": spec.fast_forward,
             "line_setups": spec.line_setups,
+            "reduce_fusion": spec.reduce_fusion,
         }
         point = Point(**inputs) if plan is None else PlanPoint(**inputs, plan=plan)
         points.append(point)
@@ -605,6 +614,7 @@ def parse_sweep_spec(
         fast_forward=_flag(fixed.get("fast_forward", False), source, "[fixed] fast_forward"),
         line_setups=None if "line_setups" not in fixed else _choice(fixed["line_setups"], LINE_SETUPS, source,
                                                                   "[fixed] line_setups"),
+        reduce_fusion=_flag(fixed.get("reduce_fusion", True), source, "[fixed] reduce_fusion"),
         also=_grid_patches(grid.get("also", []), convert, source, has_plans),
         source=source,
     )
@@ -932,6 +942,14 @@ def line_setups_spec(spec: SweepSpec, rule: str) -> SweepSpec:
     return dataclasses.replace(spec, line_setups=rule, name=f"{spec.name}-setups-{rule}")
 
 
+def no_fusion_spec(spec: SweepSpec) -> SweepSpec:
+    """``spec`` replayed with each ``re`` step on its own rather than chains of them as the
+    executors' fused passes (``nuna.sim.SimOptions.reduce_fusion = False``, as nuna <= 0.9.0
+    did), named apart (``fig9-nofusion``): its reductions take longer, so its points are points
+    of their own."""
+    return dataclasses.replace(spec, reduce_fusion=False, name=f"{spec.name}-nofusion")
+
+
 def packet_cap_spec(spec: SweepSpec, max_packet_bytes: int) -> SweepSpec:
     """``spec`` with ``"auto"`` packets capped at ``max_packet_bytes``, named apart
     (``fig9-packets1KiB``): a cap that binds changes results, so its points are points of their
@@ -944,9 +962,9 @@ def packet_cap_spec(spec: SweepSpec, max_packet_bytes: int) -> SweepSpec:
 
 
 def _fixed(spec: SweepSpec) -> dict[str, Any]:
-    """The ``[fixed]`` table of ``spec`` (``windowed``, ``max_packet_bytes``, ``fast_forward``
-    and ``line_setups`` only when set: older indexes stay equal; no ``algo`` with plan files,
-    which no generator made)."""
+    """The ``[fixed]`` table of ``spec`` (``windowed``, ``max_packet_bytes``, ``fast_forward``,
+    ``line_setups`` and ``reduce_fusion`` only when set (``reduce_fusion`` when ``False``): older
+    indexes stay equal; no ``algo`` with plan files, which no generator made)."""
     fixed: dict[str, Any] = {"packet_bytes": spec.packet_bytes, "seed": spec.seed}
     if not spec.plans:
         fixed["algo"] = spec.algo
@@ -958,6 +976,8 @@ def _fixed(spec: SweepSpec) -> dict[str, Any]:
         fixed["fast_forward"] = True
     if spec.line_setups is not None:
         fixed["line_setups"] = spec.line_setups
+    if not spec.reduce_fusion:
+        fixed["reduce_fusion"] = False
     return fixed
 
 
