@@ -62,6 +62,11 @@ class ReduceFusion:
         """Steps done by another step's fused pass."""
         return int((self.head >= 0).sum())
 
+    @property
+    def passes(self) -> int:
+        """Fused passes: groups of more than one step."""
+        return int(np.unique(self.head[self.head >= 0]).shape[0])
+
 
 def _heads(is_re: BOOL, cont: BOOL, idx: I64) -> I64:
     """Per node, the latest ``re`` at or before it that does not continue a chain (valid for the

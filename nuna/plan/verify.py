@@ -46,7 +46,7 @@ from nuna.plan.dag import (
     find_cycle,
     flatten,
 )
-from nuna.plan.fusion import MAX_REDUCE_FUSION, reduce_fusion
+from nuna.plan.fusion import MAX_REDUCE_FUSION, ReduceFusion, reduce_fusion
 from nuna.plan.ir import Buffer, Collective, Plan, StepType
 from nuna.plan.xml import SourceMap, canonical_placement
 from nuna.units import check_size_bytes
@@ -215,8 +215,9 @@ def verify(plan: Plan, *, strict: bool = False, source: SourceMap | None = None,
         f.error(f"{where}{issue.message}")
     if result.dag is None:
         return f.report(strict)
-    _check_hasdep(flat, result.waited_nodes, f)
-    _check_fusion(flat, f)
+    fusion = reduce_fusion(flat)
+    _check_hasdep(flat, result.waited_nodes, fusion, f)
+    _check_fusion(flat, fusion, f)
     if f.errors:
         return f.report(strict)
     dag = result.dag
@@ -538,7 +539,8 @@ def _check_nop(flat: FlatPlan, n: int, following: int, at: str, f: _Findings) ->
                                       "which has no depid of its own (the MSCCL executors reject this)")
 
 
-def _check_hasdep(flat: FlatPlan, waited_nodes: npt.NDArray[np.int64], f: _Findings) -> None:
+def _check_hasdep(flat: FlatPlan, waited_nodes: npt.NDArray[np.int64], fusion: ReduceFusion,
+                  f: _Findings) -> None:
     waited = np.zeros(flat.num_nodes, dtype=np.bool_)
     waited[waited_nodes] = True
     not_nop = flat.code != _NOP
@@ -547,20 +549,18 @@ def _check_hasdep(flat: FlatPlan, waited_nodes: npt.NDArray[np.int64], f: _Findi
                                          "this step but hasdep=0: the executors publish progress only "
                                          "after hasdep=1 steps")
     # a re's hasdep=1 that cuts a chain of fused re steps has a use
-    waited[reduce_fusion(flat).hasdep_cuts] = True
+    waited[fusion.hasdep_cuts] = True
     for n in np.flatnonzero(flat.has_dep & ~waited & not_nop).tolist():
         f.warn_grouped("hasdep-unused", f"{f.at_step(*flat.step_pos(n))}hasdep=1 but no threadblock "
                                         "waits on this step")
 
 
-def _check_fusion(flat: FlatPlan, f: _Findings) -> None:
+def _check_fusion(flat: FlatPlan, fusion: ReduceFusion, f: _Findings) -> None:
     """Chains of ``re`` steps the executors fuse into a pass that does not do what the plan says
     (:mod:`nuna.plan.fusion`; nuna replays them as written there)."""
-    fusion = reduce_fusion(flat)
     if fusion.fused:
-        passes = np.unique(fusion.head[fusion.head >= 0]).shape[0]
-        f.note(f"{f.at_plan()}{fusion.fused + passes} re steps run as {passes} fused passes, as the "
-               "executors fuse them (docs/simulator.md section 3)")
+        f.note(f"{f.at_plan()}{fusion.fused + fusion.passes} re steps run as {fusion.passes} fused passes, "
+               "as the executors fuse them (docs/simulator.md section 3)")
     for n in fusion.too_long.tolist():
         f.warn_grouped("fusion-long", f"{f.at_step(*flat.step_pos(n))}the executors fuse this re into a "
                                       f"pass of more than {MAX_REDUCE_FUSION} reductions, more sources than "
@@ -841,9 +841,8 @@ def summarize(plan: Plan, size_bytes: int | None = None) -> PlanSummary:
     fused_re = (0, 0)
     if counts[StepType.REDUCE] > 1:
         with contextlib.suppress(PlanError):  # an integer past 64 bits: nothing to fuse is said
-            head = reduce_fusion(flatten(plan)).head
-            passes = int(np.unique(head[head >= 0]).shape[0])
-            fused_re = (int((head >= 0).sum()) + passes, passes)
+            fusion = reduce_fusion(flatten(plan))
+            fused_re = (fusion.fused + fusion.passes, fusion.passes)
     return PlanSummary(
         name=plan.name, collective=plan.coll_xml, protocol=plan.protocol.value, ngpus=plan.ngpus,
         nchannels=plan.nchannels, nchunksperloop=plan.nchunksperloop, inplace=plan.inplace,
