@@ -1879,6 +1879,17 @@ def _job_stores(net: Any, st: Any, R: Any, js: int, now: float, tail: float) -> 
         enter(net, st, p, now, tail)
 
 
+@_hot
+def _further_loads(R: Any, j: int) -> int:
+    """Loads of job ``j`` beyond load 0 and load 1: a fused ``re``'s other sources, the stacks in
+    ``j_cls`` columns 5 on (``build_jobs``); 0 for every other job."""
+    n = 0
+    for k in range(5, R.j_cls.shape[1]):
+        if R.j_cls[j, k] >= 0:
+            n += 1
+    return n
+
+
 @_jit
 def _job_loaded(net: Any, st: Any, R: Any, js: int, now: float, tail: float) -> None:
     """The heads of the job's loads are at the CU (their tails by ``tail``): reduce or store,
@@ -1889,10 +1900,7 @@ def _job_loaded(net: Any, st: Any, R: Any, js: int, now: float, tail: float) -> 
         R.js_phase[js] = 1
         j = R.js_job[js]
         # a fused re reduces each further source too: one more pass of the ALU per source
-        passes = 1
-        for k in range(5, R.j_cls.shape[1]):
-            if R.j_cls[j, k] >= 0:
-                passes += 1
+        passes = 1 + _further_loads(R, j)
         p = _new_packet(st, R, js, K_ALU)
         init_packet(net, st, p, R.par_i[P_SEG_ALU] + R.n_cu[n], R.n_gpu[n] * R.par_i[P_BLOCK],
                     R.j_bytes[j] * passes, -1, 0, 0)
@@ -1911,9 +1919,9 @@ def _job_start(net: Any, st: Any, R: Any, js: int, now: float) -> None:
     stacks = R.par_i[P_STACKS]
     cus = R.par_i[P_CUS]
     ncol = R.j_cls.shape[1]
-    loads = 0
-    for k in range(ncol):
-        if (k < 2 or k >= 5) and R.j_cls[j, k] >= 0:
+    loads = _further_loads(R, j)
+    for k in range(2):
+        if R.j_cls[j, k] >= 0:
             loads += 1
     R.js_phase[js] = 0
     R.js_pending[js] = loads
@@ -1936,11 +1944,7 @@ def _job_start(net: Any, st: Any, R: Any, js: int, now: float) -> None:
 def _slots_per_line(R: Any, j: int) -> int:
     """Request slots a line of job ``j`` holds: one per two loads, as a ``re``'s line holds one
     for its two (so a fused ``re`` of k sources, k + 1 loads, holds ceil((k + 1) / 2))."""
-    loads = 2
-    for k in range(5, R.j_cls.shape[1]):
-        if R.j_cls[j, k] >= 0:
-            loads += 1
-    return (loads + 1) // 2
+    return (2 + _further_loads(R, j) + 1) // 2
 
 
 @_jit

@@ -202,15 +202,15 @@ def _addresses(flat: FlatPlan, dag: ReplayDag, layout: MemoryLayout, n_gpu: I64)
     return addr, peer.astype(np.int64)
 
 
-def _fuse_reduces(flat: FlatPlan, n_addr: I64, n_bytes: I64) -> I64:
-    """The executors' fused ``re`` passes (:mod:`nuna.plan.fusion`): a group's first step loads
-    every source of the group (its further loads: columns 4 on of the returned addresses) and
-    stores once; the others move nothing and complete as soon as they may start, right after it
-    in program order (``n_bytes`` is zeroed for them)."""
+def _fuse_reduces(flat: FlatPlan, n_addr: I64, n_bytes: I64) -> tuple[I64, I64]:
+    """``(n_addr, n_bytes)`` with the executors' fused ``re`` passes (:mod:`nuna.plan.fusion`): a
+    group's first step loads every source of the group (its further loads: address columns 4
+    on) and stores once; the others move nothing (no address, no bytes) and complete as soon as
+    they may start, right after it in program order."""
     head = reduce_fusion(flat).head
     cont = np.flatnonzero(head >= 0)
     if cont.shape[0] == 0:
-        return n_addr
+        return n_addr, n_bytes
     h = head[cont]
     # a continuation's place among its group's further sources: 0, 1, ... in program order
     start = np.flatnonzero(np.concatenate(([True], h[1:] != h[:-1])))
@@ -219,8 +219,9 @@ def _fuse_reduces(flat: FlatPlan, n_addr: I64, n_bytes: I64) -> I64:
     out[:, :4] = n_addr
     out[h, 4 + place] = n_addr[cont, 0]  # a re's load 0 is its source
     out[cont, :] = -1
-    n_bytes[cont] = 0
-    return out
+    nbytes = n_bytes.copy()
+    nbytes[cont] = 0
+    return out, nbytes
 
 
 def auto_packet_bytes(total_lines: int, line_bytes: int, options: SimOptions) -> int:
@@ -554,7 +555,7 @@ def _prepare(plan: Plan, topology_spec: TopologySpec, size_bytes: int, packet_by
     n_bytes = flat.count.astype(np.int64) * cb
     n_bytes[flat.code == eng.T_NOP] = 0
     if opts.reduce_fusion:
-        n_addr = _fuse_reduces(flat, n_addr, n_bytes)
+        n_addr, n_bytes = _fuse_reduces(flat, n_addr, n_bytes)
 
     # jobs
     g_nar = plan.placement.nar_granularity or 1
