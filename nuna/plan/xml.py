@@ -463,6 +463,10 @@ class _Reader:
         self.skip = 0  # depth inside an unknown element
         self.ns_decls = 0  # namespace declarations reported for the next start event
         self.ns_at = -1  # ordinal of the latest element that declared namespaces
+        # default namespaces declared in the plan: the executors read element names as written
+        # (``xmlns`` is one more attribute to them), so their elements are read as plain ones
+        self.default_ns: frozenset[str] = frozenset()
+        self.new_default: str | None = None  # declared on the next start event
         self.pending: list[tuple[int, str, dict[str, str], str]] = []  # warnings: ordinal, tag, attrs, msg
         self._lines: npt.NDArray[np.int64] | None = None
         # parsed integer values by (text, lo, hi); plan files repeat a handful of values
@@ -576,6 +580,17 @@ class _Reader:
     def start_ns(self, prefix: str | None, uri: str) -> None:
         # called before the start event of the element that declares the namespace
         self.ns_decls += 1
+        if not prefix and uri and uri != NUNA_NS:  # lxml reports the default as ""
+            self.default_ns = self.default_ns | {uri}
+            self.new_default = uri
+
+    def plain(self, tag: str) -> str:
+        """``tag`` without a default namespace declared in the plan."""
+        if tag[0] == "{":
+            uri, _, local = tag[1:].partition("}")
+            if uri in self.default_ns:
+                return local
+        return tag
 
     def start_with_namespaces(self, tag: str, a: dict[str, str]) -> None:
         """:meth:`start` for an element with namespace declarations, which lxml does not list
@@ -584,7 +599,12 @@ class _Reader:
         ns, self.ns_decls = self.ns_decls, 0
         k = self.ns_at = self.n
         mark = len(self.pending)
+        default, self.new_default = self.new_default, None
         self.start(tag, a)
+        if default is not None and not self.skip:
+            self.pending.insert(mark, (k, self.plain(tag), dict(a),
+                                       f'default namespace xmlns="{_clip(default)}" ignored (the MSCCL '
+                                       "executors read element names as written)"))
         total = len(a) + ns
         if total > _EXECUTOR_MAX_ATTRS and not self.skip:  # not for elements the reader skips
             # first among the element's warnings, where check_attrs puts its count
@@ -594,6 +614,8 @@ class _Reader:
         if self.ns_decls:
             self.start_with_namespaces(tag, a)
             return
+        if self.default_ns:
+            tag = self.plain(tag)
         k = self.n
         self.n = k + 1
         if self.skip:
@@ -619,7 +641,8 @@ class _Reader:
             self.read_chunk(k, a)
         elif ctx == "":
             if tag != "algo":
-                raise self.fail(k, tag, a, "the root element must be <algo> (an MSCCL plan)")
+                where = "" if tag[0] != "{" else f', not one in namespace "{_clip(tag[1:tag.index("}")])}"'
+                raise self.fail(k, tag, a, f"the root element must be <algo> (an MSCCL plan){where}")
             self.read_algo(k, a)
         else:
             self.warn(k, tag, a, "unknown element ignored (the MSCCL executors skip it)")
@@ -629,6 +652,8 @@ class _Reader:
         self.ctx = tag
 
     def end(self, tag: str) -> None:
+        if self.default_ns:
+            tag = self.plain(tag)
         if self.skip:
             self.skip -= 1
             return

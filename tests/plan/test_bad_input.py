@@ -168,6 +168,25 @@ def test_wrong_root(run_cli, tmp_path: Path) -> None:
                    "plan.xml:1: <system>: the root element must be <algo>")
 
 
+def test_namespaced_root(run_cli, tmp_path: Path) -> None:
+    doc = sub(sub(FIG7, "<algo ", '<m:algo xmlns:m="urn:other" '), "</algo>", "</m:algo>")
+    check_one_line(run_validate(run_cli, tmp_path, doc),
+                   "plan.xml:1: <algo>: the root element must be <algo> (an MSCCL plan), not one in "
+                   'namespace "urn:other"')
+
+
+@pytest.mark.parametrize("where", ["<algo ", "<gpu ", "<tb "])
+def test_default_namespace_is_read_as_written(where: str) -> None:
+    """The executors read element names as written and ``xmlns`` as one more attribute, so a
+    default namespace declared anywhere leaves the plan as it is, with one warning."""
+    plain, _ = loads_with_source(FIG7)
+    plan, src = loads_with_source(sub(FIG7, where, f'{where}xmlns="urn:any" '), "plan.xml")
+    assert plan == plain
+    notes = [w for w in src.warnings if "default namespace" in w]
+    assert len(notes) == 1, src.warnings
+    assert 'xmlns="urn:any" ignored' in notes[0]
+
+
 def test_missing_file(run_cli, tmp_path: Path) -> None:
     check_one_line(run_cli("validate", str(tmp_path / "nope.xml")), "nope.xml: no such plan file")
 
