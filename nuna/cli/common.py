@@ -14,7 +14,7 @@ from typing import Any
 
 import typer
 
-from nuna.errors import PlanError, UsageError
+from nuna.errors import PlanError, SimulationError, UsageError
 from nuna.experiments.sweep import SweepProgress
 from nuna.fsutil import check_writable, write_atomic
 from nuna.topology.spec import is_topology_path
@@ -134,13 +134,14 @@ def echo_json(payload: Any) -> None:
 
 @contextlib.contextmanager
 def naming_the_plan(path: Path) -> Iterator[None]:
-    """Prefix a ``PlanError`` raised inside with the plan's file name, as ``nuna validate``
-    names its findings: the library checks a plan, not a file (``gpu 0 tb 0 step 0: depid 5
-    names no threadblock`` told a user of several plans nothing about which one)."""
+    """Prefix a ``PlanError`` or ``SimulationError`` raised inside with the plan's file name, as
+    ``nuna validate`` names its findings: the library checks a plan, not a file (``gpu 0 tb 0
+    step 0: depid 5 names no threadblock`` or ``gpu 0 tb 0: placement names CU 5000`` told a
+    user of several plans nothing about which one). The error keeps its type."""
     try:
         yield
-    except PlanError as err:
+    except (PlanError, SimulationError) as err:
         if str(err).startswith(f"{path}:"):
             raise
-        raise PlanError(f"{path}: {err}") from None
+        raise type(err)(f"{path}: {err}") from None
 

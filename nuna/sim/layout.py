@@ -98,7 +98,8 @@ def threadblock_cus(plan: Plan, spec: TopologySpec, flat: FlatPlan) -> I64:
     for t, (g, tb) in enumerate(zip(flat.tb_gpu.tolist(), flat.tb_id.tolist(), strict=True)):
         cu = placed[(g, tb)]
         if not 0 <= cu < spec.chip.cus:
-            raise SimulationError(f"gpu {g} tb {tb}: placement names CU {cu}, the chip has {spec.chip.cus}")
+            raise SimulationError(f"gpu {g} tb {tb}: placement names CU {cu}, but topology {spec.name}'s "
+                                  f"chip has CUs 0-{spec.chip.cus - 1}")
         cus[t] = cu
     return cus
 
@@ -221,8 +222,8 @@ def memory_layout(plan: Plan, spec: TopologySpec, size_bytes: int, flat: FlatPla
         if pl.gpu not in chunks:
             raise SimulationError(f"chunk placement names gpu {pl.gpu}, which the plan does not have")
         if not 0 <= pl.stack < chip.hbm_stacks:
-            raise SimulationError(f"gpu {pl.gpu}: chunk placement names HBM stack {pl.stack}, "
-                                  f"the chip has {chip.hbm_stacks}")
+            raise SimulationError(f"gpu {pl.gpu}: chunk placement names HBM stack {pl.stack}, but topology "
+                                  f"{spec.name}'s chip has stacks 0-{chip.hbm_stacks - 1}")
         b = BUFFER_CODE[pl.buffer]
         if not 0 <= pl.chunk < chunks[pl.gpu][b]:
             continue  # a chunk this plan never touches at this size holds no page

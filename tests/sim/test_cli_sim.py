@@ -298,6 +298,27 @@ def test_a_plan_error_names_the_file(run_cli, tmp_path: Path, monkeypatch: pytes
     assert not (tmp_path / "out.xml").exists()
 
 
+@pytest.mark.parametrize(("old", "new", "says"), [
+    ('nuna:cu="', 'nuna:cu="4000', "tb 0: placement names CU 4000"),
+    ('off="0" stack="', 'off="0" stack="7', "chunk placement names HBM stack 7"),
+])
+def test_a_placement_the_chip_lacks_names_the_file(run_cli, tmp_path: Path, old: str, new: str,  # type: ignore[no-untyped-def]
+                                                   says: str) -> None:
+    placed, bad = tmp_path / "placed.xml", tmp_path / "bad.xml"
+    save(generate("allgather", 2), tmp_path / "ag.xml")
+    assert run_cli("rewrite", tmp_path / "ag.xml", "-c", "NAP+NAR", "-s", "1MiB", "-o", placed).code == 0
+    text = placed.read_text()
+    assert old in text
+    bad.write_text(text.replace(old, new))  # CU 4000-4xxx of 1,008; stack 7x of 16
+    for command in (("simulate", bad, "--size", "1MiB"), ("simulate", bad, "-s", "1MiB", "--bounds-only")):
+        res = run_cli(*command)
+        assert res.code == 1
+        assert res.err.startswith(f"nuna: error: {bad}: gpu 0"), res.err
+        assert says in res.err
+        assert "nuna-4die's chip has" in res.err
+        assert res.err.count("\n") == 1
+
+
 def test_simulate_splits_the_remote_store_latency(run_cli, plan_file: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "r.json"
     res = run_cli("simulate", plan_file, "--size", "1MiB", "--json", out)
