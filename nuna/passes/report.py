@@ -49,7 +49,8 @@ class ConfigRow:
     latency_max_ns: float
     # the mean remote store without waiting (SimResult.remote_store_zero_load_ns; 0: none)
     latency_zero_load_ns: float
-    load_hops: float
+    load_hops: float  # each line's first load (a step's first operand)
+    load_all_hops: float  # every load of a line: a reduction's second operand, a fused pass's sources
     remote_store_hops: float
     remote_store_sender_hops: float
     remote_store_receiver_hops: float
@@ -165,6 +166,7 @@ def compare(plan: Plan, spec: TopologySpec, size_bytes: int, configs: Sequence[s
             latency_mean_ns=lat.mean_ns, latency_p99_ns=lat.p99_ns, latency_max_ns=lat.max_ns,
             latency_zero_load_ns=result.remote_store_zero_load_ns.get("total", 0.0),
             load_hops=result.noc_hops.get("load_mean", 0.0),
+            load_all_hops=result.noc_hops.get("load_all_mean", 0.0),
             remote_store_hops=result.noc_hops.get("remote_store_mean", 0.0),
             remote_store_sender_hops=result.noc_hops.get("remote_store_sender_mean", 0.0),
             remote_store_receiver_hops=result.noc_hops.get("remote_store_receiver_mean", 0.0),
@@ -198,6 +200,7 @@ _ROWS: tuple[tuple[str, str], ...] = (
     ("remote store max (ns)", "max"),
     ("  mean without waiting", "zero_load"),
     ("NoC hops/flit, load", "load_hops"),
+    ("  every load of a line", "load_all_hops"),
     ("NoC hops/flit, remote store", "remote_store_hops"),
     ("  sender: CU -> I/O port", "remote_store_sender_hops"),
     ("  receiver: I/O port -> HBM", "remote_store_receiver_hops"),
@@ -223,7 +226,7 @@ def _cell(row: ConfigRow, key: str) -> str:
         "time": f"{row.time_ns / 1000:.3f}", "speedup": f"{row.speedup:.2f}x",
         "mean": f"{row.latency_mean_ns:.0f}", "p99": f"{row.latency_p99_ns:.0f}",
         "max": f"{row.latency_max_ns:.0f}", "zero_load": f"{row.latency_zero_load_ns:.0f}",
-        "load_hops": f"{row.load_hops:.1f}",
+        "load_hops": f"{row.load_hops:.1f}", "load_all_hops": f"{row.load_all_hops:.1f}",
         "remote_store_hops": f"{row.remote_store_hops:.1f}", "die": f"{row.die_crossing_bytes:,}",
         "remote_store_sender_hops": f"{row.remote_store_sender_hops:.1f}",
         "remote_store_receiver_hops": f"{row.remote_store_receiver_hops:.1f}",

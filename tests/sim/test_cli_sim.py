@@ -122,7 +122,7 @@ def test_simulate_reports_deadlock(run_cli, tmp_path: Path) -> None:
     path.write_text(DEADLOCK)
     res = run_cli("simulate", path, "--size", "512")
     assert res.code == 1
-    assert res.err.startswith("nuna: error: deadlock:")
+    assert res.err.startswith(f"nuna: error: {path}: deadlock:")  # which of the user's plans
     assert res.err.count("\n") == 1
 
 

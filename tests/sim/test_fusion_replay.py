@@ -60,3 +60,41 @@ def test_reduce_fusion_must_be_a_bool(spec, value: object) -> None:  # type: ign
     plan = generate("reducescatter", 4)
     with pytest.raises(UsageError, match=r"SimOptions\.reduce_fusion must be True or False"):
         simulate(plan, spec, 1 << 16, options=SimOptions(reduce_fusion=value))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("collective", "ngpus", "fusion"), [
+    ("allgather", 4, True), ("reducescatter", 4, False), ("reducescatter", 8, True), ("allreduce", 6, True)])
+def test_load_hops_of_every_load(spec, collective: str, ngpus: int, fusion: bool) -> None:  # type: ignore[no-untyped-def]
+    """``noc_hops.load_all_mean`` weighs each load of each line once (``load_mean``: the first
+    operand only), against a loop over the replay's jobs and their load columns."""
+    from nuna.sim.replay import _prepare
+
+    plan = generate(collective, ngpus)
+    size = ngpus << 16
+    opts = SimOptions(reduce_fusion=fusion)
+    res = simulate(plan, spec, size, options=opts)
+    prep = _prepare(plan, spec, size, None, opts)
+    geo, line = prep.net.geo, spec.chip.flit_bytes
+    node_of_job = [n for n in range(prep.n_job_ptr.shape[0] - 1)
+                   for _ in range(int(prep.n_job_ptr[n]), int(prep.n_job_ptr[n + 1]))]
+    hop_lines = {"first": 0, "all": 0}
+    load_lines = {"first": 0, "all": 0}
+    loads_per_line = 0
+    for j, n in enumerate(node_of_job):
+        cu = int(prep.tb_cu[prep.flat.node_tb[n]])
+        lines = -(-int(prep.j_bytes[j]) // line)
+        row = [int(x) for x in prep.j_cls[j]]
+        stacks = [s for c, s in enumerate(row) if (c < 2 or c >= 5) and s >= 0]
+        loads_per_line = max(loads_per_line, len(stacks))
+        for k, s in enumerate(stacks):
+            h = int(geo.cu_stack.hops[cu, s] + geo.stack_cu.hops[s, cu]) * lines
+            for key in ("first", "all") if k == 0 else ("all",):
+                hop_lines[key] += h
+                load_lines[key] += lines
+    assert res.noc_hops["load_mean"] == pytest.approx(hop_lines["first"] / load_lines["first"])
+    assert res.noc_hops["load_all_mean"] == pytest.approx(hop_lines["all"] / load_lines["all"])
+    if loads_per_line == 1:  # an allgather's sends load once
+        assert res.noc_hops["load_all_mean"] == res.noc_hops["load_mean"]
+    else:  # a reduction loads two operands, a fused pass up to 1 + its sources
+        assert load_lines["all"] > load_lines["first"]
+        assert (loads_per_line > 2) if fusion else (loads_per_line == 2)
