@@ -49,3 +49,17 @@ def test_the_compile_probe_runs_as_the_command_only_when_asked() -> None:
         assert gc.get_threshold() == GC_THRESHOLDS
     finally:
         gc.set_threshold(*before)
+
+
+def test_a_case_reports_its_system_time_apart() -> None:
+    bench = benchmark_module("bench_sim")
+    r = bench._case("tiny", 2, 1 << 16, 1, "256")
+    assert 0.0 <= r["system_s"] <= r["cpu_s"]
+    assert r["events"] > 0
+    # per user-mode second is at least per CPU second: the same events over less time
+    assert r["events_per_user_s"] >= r["events_per_cpu_s"] > 0
+    assert r["events_per_user_s"] == pytest.approx(r["events"] / (r["cpu_s"] - r["system_s"]))
+    cells = bench._row(r, 2.0).split()
+    assert cells[0] == "tiny"
+    assert float(cells[3]) == pytest.approx(r["system_s"], abs=0.005)  # wall, cpu, then sys
+    assert cells[-1] == "met"
