@@ -348,14 +348,15 @@ def _bounds(spec: TopologySpec, net: PodNet, short: _Shortest, sent: I64,
                       + chip.memory_access_latency_ns + beta)
 
 
+def _load_column_ids(j_cls: npt.NDArray[Any]) -> tuple[int, ...]:
+    """Which columns of ``eng.build_jobs``' route classes are loads' stacks: the first two,
+    then a fused pass's further loads from column 5 on."""
+    return (0, 1, *range(5, j_cls.shape[1]))
+
+
 def _load_columns(j_cls: npt.NDArray[Any]) -> npt.NDArray[Any]:
-    """The columns of ``eng.build_jobs``' route classes that are loads' stacks."""
-    return np.concatenate([j_cls[:, :2], j_cls[:, 5:]], axis=1)
-
-
-def _load_column_count(j_cls: npt.NDArray[Any]) -> int:
-    """How many columns :func:`_load_columns` has, without making them."""
-    return 2 + max(0, j_cls.shape[1] - 5)
+    """The load columns (:func:`_load_column_ids`) of the route classes, as one array."""
+    return j_cls[:, list(_load_column_ids(j_cls))]
 
 
 def _step_floor_ns(spec: TopologySpec, net: PodNet, short: _Shortest, dag: ReplayDag, code: I64,
@@ -648,7 +649,7 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *,
     domains = ngpus if window_ns > 0.0 else 1
     indeg = dag.ctrl_indegree.astype(np.int64).copy()
     pools = _pools(n_gpu, n_cu, n_job_ptr, indeg, chip.cus, limit, njobs, domains, opts.hist_bins,
-                   psize // line, _load_column_count(j_cls))
+                   psize // line, len(_load_column_ids(j_cls)))
     packets = pools.packets
     margin = 16 * limit + 16 * 1024
     heap = packets + 2 * margin if domains == 1 else 2 * margin + 4 * packets // domains
@@ -815,7 +816,7 @@ def _pools(n_gpu: I64, n_cu: I64, n_job_ptr: I64, indeg: I64, cus: int, limit: i
     return _Pools(int(s0[-1]), int(p0[-1]), ring_events, js_unused, pk_unused, ready_unused, rc, d_rc,
                   d_ready, d_js_free, d_pk_free, np.zeros((G, bins)), np.zeros((G, 8)),
                   # np.zeros, not zeros_like (which writes every zero): the rows' unused
-                  # tails then stay unmapped (0.9 s and 250 MB at 64 GPUs, 1.6 M jobs)
+                  # tails then stay unmapped (103 MiB at 64 GPUs, 100 MiB fused allreduce)
                   np.zeros(d_pk_free.shape, dtype=d_pk_free.dtype))
 
 
@@ -986,6 +987,17 @@ def _result(plan: Plan, spec: TopologySpec, size_bytes: int, psize: int, seed: i
         w = lines[sel]
         hops[f"{key}_mean"] = float((h * w).sum() / w.sum()) if w.sum() > 0 else 0.0
 
+    # load_mean is each line's first operand; load_all_mean weighs every load a line makes (a
+    # reduction's second operand, a fused pass's further sources) once
+    hop_lines = load_lines = 0
+    for c in _load_column_ids(jc):
+        load = column(c)
+        sel = load >= 0
+        h = geo.cu_stack.hops[cu[sel], load[sel]] + geo.stack_cu.hops[load[sel], cu[sel]]
+        if c == 0:
+            mean("load", sel, h)
+        hop_lines += int((h * lines[sel]).sum())
+        load_lines += int(lines[sel].sum())
     port, store = column(3), column(2)
     remote = port >= 0
     stack = column(4)[remote]
@@ -994,20 +1006,7 @@ def _result(plan: Plan, spec: TopologySpec, size_bytes: int, psize: int, seed: i
     mean("remote_store_sender", remote, geo.cu_port.hops[cu[remote], port[remote]])
     mean("remote_store_receiver", remote, geo.port_stack.hops[port[remote], stack])
     hops["remote_store_mean"] = hops["remote_store_sender_mean"] + hops["remote_store_receiver_mean"]
-    # load_mean is each line's first operand; load_all_mean weighs every load a line makes (a
-    # reduction's second operand, a fused pass's further sources) once
-    hop_lines = load_lines = 0
-    for c in (0, 1, *range(5, jc.shape[1])):  # the load columns (_load_columns, in order)
-        load = column(c)
-        sel = load >= 0
-        h = geo.cu_stack.hops[cu[sel], load[sel]] + geo.stack_cu.hops[load[sel], cu[sel]]
-        if c == 0:
-            mean("load", sel, h)
-        hop_lines += int((h * lines[sel]).sum())
-        load_lines += int(lines[sel].sum())
     hops["load_all_mean"] = hop_lines / load_lines if load_lines else 0.0
-    hops = {key: hops[key] for key in ("load_mean", "local_store_mean", "remote_store_sender_mean",
-                                       "remote_store_receiver_mean", "remote_store_mean", "load_all_mean")}
     store_parts = _remote_store_zero_load(net, chip.memory_access_latency_ns, cu[remote], port[remote], stack,
                                           lines[remote])
     # queueing by where heads waited; a grant moves one packet (one line with 256-byte packets)
