@@ -970,7 +970,8 @@ def _result(plan: Plan, spec: TopologySpec, size_bytes: int, psize: int, seed: i
         for k in top.tolist() if flat_util[k] > 0
     )
     # mesh hops per line, from the jobs' routes; route columns one at a time as int64 (all at
-    # once they took 250 MB and over a second at 64 GPUs, 1.6 M jobs of 20 columns)
+    # once: 250 MB at 64 GPUs, 1.6 M jobs of 20 columns, and on machines where fresh memory is
+    # slow over a second: docs/simulator.md section 6)
     counts = np.diff(R.n_job_ptr)
     job_node = np.repeat(np.arange(nn), counts)
     cu = R.n_cu[job_node].astype(np.int64)
