@@ -201,6 +201,11 @@ def simulate(
                                        "of re steps the MSCCL executors fuse as one pass (loads every source "
                                        "and the destination once, stores once), or every re on its own "
                                        "(nuna <= 0.9.0)."),
+    executor_slices: bool = typer.Option(False, "--executor-slices", help="Run each threadblock's steps "
+                                         "once per slice of the plan's protocol (Simple 2 MiB, LL 32 KiB, "
+                                         "LL128 576,000 B per chunk) and steps of many chunks as several "
+                                         "calls, as the MSCCL executors do. Default: every step once on "
+                                         "its whole chunks (the paper's model)."),
     bounds_only: bool = typer.Option(False, "--bounds-only", help="Only the lower bound and the placement "
                                      "floor (what no placement or routing beats), without the replay: "
                                      "seconds where a large replay takes minutes."),
@@ -211,7 +216,7 @@ def simulate(
     from nuna.sim.fastforward import FastForward
     from nuna.sim.replay import SimOptions, placement_bounds
     from nuna.sim.replay import simulate as run
-    from nuna.sim.result import coarse_packet_note
+    from nuna.sim.result import coarse_packet_note, sliced_protocol_note
     from nuna.sim.trace import chrome_trace
     from nuna.topology.spec import load_topology
 
@@ -223,7 +228,7 @@ def simulate(
         raise UsageError("--nar-granularity applies to a --config that routes with NAR")
     check_outputs(json_file, trace_file, inputs=(plan_file, topology))
     options = SimOptions(windowed=windowed, fast_forward=FastForward() if fast_forward else None,
-                         threads=threads, reduce_fusion=reduce_fusion)
+                         threads=threads, reduce_fusion=reduce_fusion, executor_slices=executor_slices)
     if line_setups is not None:
         options = dataclasses.replace(options, line_setups=line_setups.value)
     if max_packet_bytes is not None:
@@ -298,7 +303,7 @@ def simulate(
         typer.echo("# note: --trace replayed with one event queue, where this pod replays windowed "
                    "without it: the same model, other orders of equal-time events, so the --json "
                    "queueing and latency figures may differ slightly from a replay without --trace")
-    for note in (res.size_fit.note(), coarse_packet_note(res.packet_bytes)):
+    for note in (res.size_fit.note(), coarse_packet_note(res.packet_bytes), sliced_protocol_note(plan, res)):
         if note is not None:
             typer.echo(f"# note: {note}")
     _warn(plan, plan_file, size_bytes, config)

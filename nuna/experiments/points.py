@@ -57,13 +57,15 @@ def _granularity(point: dict[str, Any]) -> int | str | None:
 def point_sim_options(point: dict[str, Any]) -> dict[str, Any]:
     """The ``nuna.sim.SimOptions`` fields a point sets (``windowed``, ``max_packet_bytes``,
     ``fast_forward`` with its default parameters, ``line_setups``, ``reduce_fusion`` when
-    ``False``); the simulator's defaults for the rest."""
+    ``False``, ``executor_slices`` when ``True``); the simulator's defaults for the rest."""
     options = {key: point[key] for key in ("windowed", "max_packet_bytes", "line_setups")
                if point.get(key) is not None}
     if point.get("fast_forward"):
         options["fast_forward"] = _require("nuna.sim.fastforward", "FastForward")()
     if point.get("reduce_fusion") is False:
         options["reduce_fusion"] = False
+    if point.get("executor_slices") is True:
+        options["executor_slices"] = True
     return options
 
 

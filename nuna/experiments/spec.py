@@ -166,7 +166,8 @@ _SECTIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
                    "also", "plans"}),
     ),
     "fixed": (frozenset(), frozenset({"algo", "packet_bytes", "max_packet_bytes", "seed", "windowed",
-                                      "fast_forward", "line_setups", "reduce_fusion"})),
+                                      "fast_forward", "line_setups", "reduce_fusion",
+                                      "executor_slices"})),
 }
 
 #: grid axes: spec-file key -> SweepSpec field, in expansion order (outermost first)
@@ -224,7 +225,9 @@ class Point:
     default): another model of coarse packets, so a set rule is a point of its own.
     ``reduce_fusion`` ``False`` replays each ``re`` step on its own rather than chains of them
     as the executors' fused passes (``nuna.sim.SimOptions.reduce_fusion``, as nuna <= 0.9.0
-    did): another model of reductions, so a point of its own.
+    did): another model of reductions, so a point of its own. ``executor_slices`` ``True`` runs
+    each threadblock's steps once per slice of the plan's protocol, as the executors do
+    (``nuna.sim.SimOptions.executor_slices``): another model of a step, so a point of its own.
 
     :attr:`plan` is ``None``: the point's plan is generated. A point of a plan file is a
     :class:`PlanPoint`.
@@ -246,6 +249,7 @@ class Point:
     fast_forward: bool = False
     line_setups: str | None = None
     reduce_fusion: bool = True
+    executor_slices: bool = False
 
     @property
     def plan(self) -> str | None:
@@ -254,14 +258,15 @@ class Point:
         return None
 
     def as_dict(self) -> dict[str, Any]:
-        # "windowed", "max_packet_bytes", "fast_forward", "line_setups", "reduce_fusion" and
-        # "plan" only when set, so that points without them keep their ids
+        # "windowed", "max_packet_bytes", "fast_forward", "line_setups", "reduce_fusion",
+        # "executor_slices" and "plan" only when set, so that points without them keep their ids
         return {**({"windowed": self.windowed} if self.windowed is not None else {}),
             **({"plan": self.plan} if self.plan is not None else {}),
             **({"max_packet_bytes": self.max_packet_bytes} if self.max_packet_bytes is not None else {}),
             **({"fast_forward": True} if self.fast_forward else {}),
             **({"line_setups": self.line_setups} if self.line_setups is not None else {}),
             **({"reduce_fusion": False} if not self.reduce_fusion else {}),
+            **({"executor_slices": True} if self.executor_slices else {}),
             "algo": self.algo,
             "collective": self.collective,
             "config": self.config,
@@ -304,6 +309,8 @@ class Point:
             parts.append(f"setups-{self.line_setups}")
         if not self.reduce_fusion:
             parts.append("nofusion")
+        if self.executor_slices:
+            parts.append("slices")
         return " ".join(parts)
 
 
@@ -379,6 +386,7 @@ class SweepSpec:
     fast_forward: bool = False
     line_setups: str | None = None
     reduce_fusion: bool = True
+    executor_slices: bool = False
     also: tuple[GridPatch, ...] = ()
     source: str = field(default="<spec>", compare=False)
 
@@ -537,6 +545,7 @@ def _expand_one(spec: SweepSpec) -> list[Point]:
             "fast_forward": spec.fast_forward,
             "line_setups": spec.line_setups,
             "reduce_fusion": spec.reduce_fusion,
+            "executor_slices": spec.executor_slices,
         }
         point = Point(**inputs) if plan is None else PlanPoint(**inputs, plan=plan)
         points.append(point)
@@ -615,6 +624,7 @@ def parse_sweep_spec(
         line_setups=None if "line_setups" not in fixed else _choice(fixed["line_setups"], LINE_SETUPS, source,
                                                                   "[fixed] line_setups"),
         reduce_fusion=_flag(fixed.get("reduce_fusion", True), source, "[fixed] reduce_fusion"),
+        executor_slices=_flag(fixed.get("executor_slices", False), source, "[fixed] executor_slices"),
         also=_grid_patches(grid.get("also", []), convert, source, has_plans),
         source=source,
     )
@@ -963,7 +973,8 @@ def packet_cap_spec(spec: SweepSpec, max_packet_bytes: int) -> SweepSpec:
 
 def _fixed(spec: SweepSpec) -> dict[str, Any]:
     """The ``[fixed]`` table of ``spec`` (``windowed``, ``max_packet_bytes``, ``fast_forward``,
-    ``line_setups`` and ``reduce_fusion`` only when set (``reduce_fusion`` when ``False``): older
+    ``line_setups``, ``reduce_fusion`` and ``executor_slices`` only when set (``reduce_fusion``
+    when ``False``, ``executor_slices`` when ``True``): older
     indexes stay equal; no ``algo`` with plan files, which no generator made)."""
     fixed: dict[str, Any] = {"packet_bytes": spec.packet_bytes, "seed": spec.seed}
     if not spec.plans:
@@ -978,6 +989,8 @@ def _fixed(spec: SweepSpec) -> dict[str, Any]:
         fixed["line_setups"] = spec.line_setups
     if not spec.reduce_fusion:
         fixed["reduce_fusion"] = False
+    if spec.executor_slices:
+        fixed["executor_slices"] = True
     return fixed
 
 

@@ -40,6 +40,7 @@ from nuna.plan.dag import NONE, STEP_TYPES, FlatPlan, ReplayDag, build_dag, fini
 from nuna.plan.fusion import reduce_fusion
 from nuna.plan.generate import generate
 from nuna.plan.ir import Plan
+from nuna.plan.slices import Slicing, executor_slicing
 from nuna.plan.verify import SizeFit, gpu_count_mismatch, self_peer_message, self_peer_threadblocks, size_fit
 from nuna.sim import engine as eng
 from nuna.sim import fastforward
@@ -54,6 +55,7 @@ from nuna.sim.network import (
     router_params_problem,
 )
 from nuna.sim.result import PORT_WAIT_CLASSES, ChipLinkTable, LatencyStats, SimResult, Skip
+from nuna.sim.slicing import SlicedNodes, slice_nodes
 from nuna.topology.address import nar_port_table, stack_domains, store_domains_by_cu
 from nuna.topology.build import local_node
 from nuna.topology.fit import MAX_PACKET_BYTES, packet_cap_problem, packet_problem
@@ -107,6 +109,10 @@ class SimOptions:
     # replay chains of re steps as the executors run them, one fused pass each (nuna.plan.fusion;
     # docs/simulator.md §3); False: each re on its own (nuna <= 0.9.0), to measure what fusion buys
     reduce_fusion: bool = True
+    # run each threadblock's steps once per slice of the plan's protocol, and steps of many
+    # chunks as several primitive calls, as the MSCCL executors do (nuna.plan.slices,
+    # docs/simulator.md §3); False (the default, the paper's model): every step once on its chunks
+    executor_slices: bool = False
 
 
 #: GPUs from which ``SimOptions(windowed=None)`` replays windowed: where a pod's engine state
@@ -477,6 +483,7 @@ class _Prepared:
     n_gpu: I64
     tb_cu: I64
     layout: MemoryLayout
+    n_addr: I64
     n_peer: I64
     n_bytes: I64
     psize: int
@@ -488,6 +495,8 @@ class _Prepared:
     lb_sent: I64
     lower_ns: float
     floor_ns: float
+    slicing: Slicing | None  # with SimOptions.executor_slices
+    sliced: SlicedNodes | None  # None: a node per plan step
 
 
 #: ``SimOptions`` counts: (least, most). The upper bounds keep a replay's allocations and int64 byte
@@ -519,8 +528,9 @@ def _check_options(opts: SimOptions) -> None:
     if opts.line_setups not in LINE_SETUP_RULES:
         raise UsageError(f"head set-ups per packet must be one of {', '.join(sorted(LINE_SETUP_RULES))}, "
                          f"got {opts.line_setups!r}")
-    if not isinstance(opts.reduce_fusion, bool):
-        raise UsageError(f"SimOptions.reduce_fusion must be True or False, got {opts.reduce_fusion!r}")
+    for name in ("reduce_fusion", "executor_slices"):
+        if not isinstance(getattr(opts, name), bool):
+            raise UsageError(f"SimOptions.{name} must be True or False, got {getattr(opts, name)!r}")
     problem = None if opts.router is None else router_params_problem(opts.router)
     if problem is not None:
         raise UsageError(f"SimOptions.{problem}")
@@ -561,6 +571,13 @@ def _prepare(plan: Plan, topology_spec: TopologySpec, size_bytes: int, packet_by
     n_bytes[flat.code == eng.T_NOP] = 0
     if opts.reduce_fusion:
         n_addr, n_bytes = _fuse_reduces(flat, n_addr, n_bytes)
+    slicing = executor_slicing(plan, cb, opts.element_bytes) if opts.executor_slices else None
+    sliced = None if slicing is None else slice_nodes(flat, dag, n_addr, n_bytes, n_peer, cb, slicing)
+    if sliced is not None:
+        flat, dag, n_addr, n_peer = sliced.flat, sliced.dag, sliced.n_addr, sliced.n_peer
+        n_bytes = sliced.n_bytes
+        nn = flat.num_nodes
+        n_gpu = flat.tb_gpu[flat.node_tb].astype(np.int64)
 
     # jobs
     g_nar = plan.placement.nar_granularity or 1
@@ -598,8 +615,8 @@ def _prepare(plan: Plan, topology_spec: TopologySpec, size_bytes: int, packet_by
     lower, floor = _bounds(spec, net, short, lb_sent, loads_first)
     floor = max(floor, _step_floor_ns(spec, net, short, dag, flat.code, n_bytes, n_job_ptr, j_cls[:njobs],
                                       psize))
-    return _Prepared(dag, flat, n_gpu, tb_cu, layout, n_peer, n_bytes, psize, n_job_ptr, njobs, j_bytes,
-                     j_cls, net, lb_sent, lower, floor)
+    return _Prepared(dag, flat, n_gpu, tb_cu, layout, n_addr, n_peer, n_bytes, psize, n_job_ptr, njobs,
+                     j_bytes, j_cls, net, lb_sent, lower, floor, slicing, sliced)
 
 
 def placement_bounds(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *,
@@ -709,7 +726,7 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *,
         fastforward.shift_times(times, skips)
     res = _result(plan, spec, size_bytes, psize, seed, flat, dag, net, st, R, layout, tb_cu, (lower, floor),
                   lb_sent, njobs, started, trace, size_fit(plan, size_bytes, opts.element_bytes), window_ns,
-                  None if opts.fast_forward is None else skips)
+                  None if opts.fast_forward is None else skips, pre.slicing, pre.sliced)
     if trace and opts.windowed is None and _window_for(None, ngpus, False, net, spec, psize) > 0.0:
         res = dataclasses.replace(res, one_queue_for_trace=True)
     return res
@@ -932,7 +949,8 @@ def _result(plan: Plan, spec: TopologySpec, size_bytes: int, psize: int, seed: i
             dag: ReplayDag, net: PodNet, st: Any, R: Any, layout: MemoryLayout, tb_cu: I64,
             bounds: tuple[float, float],
             sent: I64, njobs: int, started: float, trace: bool, fit: SizeFit, window_ns: float,
-            skips: tuple[Skip, ...] | None = None) -> SimResult:
+            skips: tuple[Skip, ...] | None = None, slicing: Slicing | None = None,
+            sliced: SlicedNodes | None = None) -> SimResult:
     chip = spec.chip
     ngpus = plan.ngpus
     nn = flat.num_nodes
@@ -1024,6 +1042,7 @@ def _result(plan: Plan, spec: TopologySpec, size_bytes: int, psize: int, seed: i
     ntr = int(R.rc[eng.R_TR_N])
     tr_bytes = R.tr_bytes[:ntr].reshape(ntr, 2, ngpus * P).transpose(0, 2, 1) if trace else \
         np.zeros((0, ngpus * P, 2), dtype=np.int64)
+    times = _step_times(R, slicing, sliced)
     return SimResult(
         plan_name=plan.name, collective=plan.collective, ngpus=ngpus, topology=spec.name,
         size_bytes=size_bytes,
@@ -1040,12 +1059,33 @@ def _result(plan: Plan, spec: TopologySpec, size_bytes: int, psize: int, seed: i
         chip_link_table=_chip_links(net, e_bytes, util, e_wait, e_grants),
         noc_hops=hops, queueing=queueing, remote_store_zero_load_ns=store_parts,
         die_crossing_bytes=int(e_bytes[:, die].sum()), remote_bytes=int(R.stat_f[eng.S_REMOTE_BYTES]),
-        landed_bytes=R.landed.copy(), sent_bytes=sent, steps=nn, jobs=njobs, events=int(st.ctr[eng.C_EVENTS]),
-        wall_s=time.perf_counter() - started,
-        node_t_ready=R.n_t_ready.copy(), node_t_start=R.n_t_start.copy(), node_t_end=R.n_t_end.copy(),
+        landed_bytes=R.landed.copy(), sent_bytes=sent, steps=int(times[0].shape[0]), jobs=njobs,
+        events=int(st.ctr[eng.C_EVENTS]), wall_s=time.perf_counter() - started,
+        node_t_ready=times[0], node_t_start=times[1], node_t_end=times[2],
         trace_time_ns=R.tr_time[:ntr].copy(),
         trace_port_bytes=np.ascontiguousarray(tr_bytes).astype(np.int64),
         size_fit=fit,
         window_ns=window_ns,
         fast_forward=skips,
+        slicing=slicing, replay_nodes=nn, slice_t_start=times[3], slice_t_end=times[4],
     )
+
+
+def _step_times(R: Any, slicing: Slicing | None, sliced: SlicedNodes | None) -> tuple[Any, ...]:
+    """Per plan step: when its dependencies were met, it started and it ended, and with
+    slicing (steps, slices) arrays of when each slice started and ended (its first call's
+    start, its last call's end; ``None`` without slicing)."""
+    if sliced is None:
+        one = None if slicing is None else R.n_t_start.copy()[:, None]
+        end = None if slicing is None else R.n_t_end.copy()[:, None]
+        return R.n_t_ready.copy(), R.n_t_start.copy(), R.n_t_end.copy(), one, end
+    origin, sl = sliced.origin, sliced.slice_of
+    steps = int(origin.max()) + 1 if origin.shape[0] else 0
+    S = int(sl.max()) + 1 if sl.shape[0] else 1
+    idx = np.arange(origin.shape[0], dtype=np.int64)
+    first = np.full((steps, S), origin.shape[0], dtype=np.int64)
+    last = np.full((steps, S), -1, dtype=np.int64)
+    np.minimum.at(first, (origin, sl), idx)
+    np.maximum.at(last, (origin, sl), idx)
+    s_start, s_end = R.n_t_start[first], R.n_t_end[last]
+    return (R.n_t_ready[first[:, 0]].copy(), s_start[:, 0].copy(), s_end[:, -1].copy(), s_start, s_end)

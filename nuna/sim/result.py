@@ -13,7 +13,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from nuna.plan.ir import Collective
+from nuna.plan.ir import Collective, Plan, Protocol
+from nuna.plan.slices import Slicing
 from nuna.plan.verify import SizeFit
 from nuna.units import format_size
 
@@ -206,6 +207,13 @@ class SimResult:
     one_queue_for_trace: bool = False
     # the steady states skipped (SimOptions.fast_forward, nuna.sim.fastforward); None when off
     fast_forward: tuple[Skip, ...] | None = None
+    # with SimOptions.executor_slices: the executors' slices (nuna.plan.slices), the replay's
+    # nodes (one per step, slice and primitive call) and when each step's slices ran,
+    # [step, slice] (its first call's start, its last call's end); None when off
+    slicing: Slicing | None = None
+    replay_nodes: int = 0
+    slice_t_start: F64 | None = field(default=None, repr=False)
+    slice_t_end: F64 | None = field(default=None, repr=False)
 
     @property
     def skipped_ns(self) -> float:
@@ -306,6 +314,21 @@ class SimResult:
                 "skips": [{"at_ns": k.at_ns, "skipped_ns": k.skipped_ns, "jobs": k.jobs,
                            "events_skipped": round(k.events)} for k in self.fast_forward],
             }
+        if self.slicing is not None:  # only when on, as fast_forward
+            out["executor_slices"] = {"slices": self.slicing.slices, "slice_bytes": self.slicing.slice_bytes,
+                                      "max_count": self.slicing.max_count, "replay_nodes": self.replay_nodes}
         if chip_links:
             out["chip_links"] = [link.to_json() for link in self.chip_links]
         return out
+
+
+def sliced_protocol_note(plan: Plan, result: SimResult) -> str | None:
+    """What a sliced replay of an LL or LL128 plan leaves out, or ``None``: its sends fence per
+    call as Simple's do, where the executors' LL sends carry their flags with the data and do
+    not wait (docs/simulator.md §3, "Executor slices")."""
+    if result.slicing is None or plan.protocol is Protocol.SIMPLE or result.replay_nodes == result.steps:
+        return None
+    proto = plan.protocol.value
+    return (f"{proto} sends fence here as Simple's do (a call's stores written before the next); the "
+            f"executors' {proto} sends carry their flags with the data and do not wait, so slicing "
+            f"({result.slicing.slices} slices) overstates this plan's time (docs/simulator.md section 3)")

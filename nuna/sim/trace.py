@@ -50,6 +50,9 @@ def chrome_trace(plan: Plan, result: SimResult, spec: TopologySpec | None = None
         events.append({"ph": "M", "name": "thread_sort_index", "pid": g, "tid": tb,
                        "args": {"sort_index": tb}})
     chunk = result.chunk_bytes
+    slice_start, slice_end = result.slice_t_start, result.slice_t_end
+    slices = 1 if slice_start is None or slice_end is None else int(slice_start.shape[1])
+    sliced = slices > 1
     for n in range(flat.num_nodes):
         kind = STEP_TYPES[int(flat.code[n])]
         if kind is StepType.NOP:
@@ -61,9 +64,18 @@ def chrome_trace(plan: Plan, result: SimResult, spec: TopologySpec | None = None
             continue
         if np.isnan(start):
             start = ready
+        name = f"{kind.value} s{int(flat.index[n])}"
+        track = {"pid": int(flat.tb_gpu[t]), "tid": int(flat.tb_id[t])}
+        if sliced and slice_start is not None and slice_end is not None:
+            # a step's slices interleave with its threadblock's other steps: a slice each
+            for i in range(slices):
+                s0, s1 = float(slice_start[n, i]), float(slice_end[n, i])
+                events.append({"ph": "X", "name": f"{name} [{i + 1}/{slices}]", "cat": "step", **track,
+                               "ts": s0 / 1000.0, "dur": max(0.0, s1 - s0) / 1000.0,
+                               "args": {"slice": i, "step_ready_us": ready / 1000.0}})
+            continue
         events.append({
-            "ph": "X", "name": f"{kind.value} s{int(flat.index[n])}", "cat": "step",
-            "pid": int(flat.tb_gpu[t]), "tid": int(flat.tb_id[t]),
+            "ph": "X", "name": name, "cat": "step", **track,
             "ts": start / 1000.0, "dur": max(0.0, end - start) / 1000.0,
             "args": {"bytes": int(flat.count[n]) * chunk, "ready_us": ready / 1000.0},
         })

@@ -378,3 +378,19 @@ def test_simulate_replays_re_chains_fused_unless_told_not_to(run_cli, tmp_path: 
     assert times["--no-reduce-fusion"] == simulate(plan, spec, 256 * 1024,
                                                    options=SimOptions(reduce_fusion=False)).time_ns
     assert times["--reduce-fusion"] < times["--no-reduce-fusion"]
+
+
+def test_simulate_runs_the_executors_slices_when_told(run_cli, tmp_path: Path) -> None:
+    path = tmp_path / "ring4.xml"
+    save(generate("allgather", 4, algo="ring", protocol="LL"), path)
+    out = {flag: tmp_path / f"{i}.json" for i, flag in enumerate(("", "--executor-slices"))}
+    for flag, json_file in out.items():
+        res = run_cli("simulate", path, "--size", "1MiB", "--json", json_file, *([flag] if flag else []))
+        assert res.code == 0, res.err
+        # sliced LL sends fence as Simple's do: the summary says what that leaves out
+        assert ("LL sends fence here" in res.out) is bool(flag)
+    whole, sliced = (json.loads(f.read_text()) for f in out.values())
+    assert "executor_slices" not in whole
+    assert sliced["executor_slices"]["slices"] == 8  # 256 KiB chunks of 32 KiB LL slices
+    assert sliced["steps"] == whole["steps"]
+    assert sliced["time_ns"] != whole["time_ns"]
