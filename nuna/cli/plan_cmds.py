@@ -130,6 +130,11 @@ def info(
         for g, sent, got in zip((g.id for g in plan.gpus), s.sent_bytes, s.received_bytes, strict=True):
             typer.echo(f"{g:>5} {sent:>14} {got:>14}")
         typer.echo(f"{'total':>5} {sum(s.sent_bytes):>14} {sum(s.received_bytes):>14}")
+        if s.slicing is not None:
+            sl = s.slicing
+            typer.echo(f"executor slices: {sl.slices} of {sl.slice_bytes} B per chunk, calls of up to "
+                       f"{sl.max_count} chunk{'s' * (sl.max_count != 1)} (nuna simulate --executor-slices "
+                       "replays them)")
         note = s.fit.note() if s.fit is not None else None
         if note is not None:
             typer.echo(f"note: {note}")

@@ -48,6 +48,7 @@ from nuna.plan.dag import (
 )
 from nuna.plan.fusion import MAX_REDUCE_FUSION, ReduceFusion, reduce_fusion
 from nuna.plan.ir import Buffer, Collective, Plan, StepType
+from nuna.plan.slices import Slicing, executor_slicing
 from nuna.plan.xml import SourceMap, canonical_placement
 from nuna.units import check_size_bytes
 
@@ -701,6 +702,8 @@ class PlanSummary:
     fit: SizeFit | None = None  # with a size: chunk bytes, and whether an executor selects the plan
     # re steps the executors fuse into passes of several (nuna.plan.fusion): (steps, passes)
     fused_re: tuple[int, int] = (0, 0)
+    # with a size: how the executors slice the chunks and split steps (nuna.plan.slices)
+    slicing: Slicing | None = None
 
     @property
     def chunk_bytes(self) -> int | None:
@@ -731,6 +734,9 @@ class PlanSummary:
             out["padding_bytes"] = self.fit.padding_bytes
             out["msccl_selectable"] = self.fit.msccl_selectable
         out["fused_re"] = {"steps": self.fused_re[0], "passes": self.fused_re[1]}
+        if self.slicing is not None:
+            out["executor_slices"] = {"slices": self.slicing.slices, "slice_bytes": self.slicing.slice_bytes,
+                                      "max_count": self.slicing.max_count}
         return out
 
 
@@ -857,6 +863,7 @@ def summarize(plan: Plan, size_bytes: int | None = None) -> PlanSummary:
         received_bytes=None if chunk is None else tuple(c * chunk for c in received),
         fit=fit,
         fused_re=fused_re,
+        slicing=None if chunk is None else executor_slicing(plan, chunk),
     )
 
 

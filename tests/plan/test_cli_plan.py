@@ -120,6 +120,8 @@ def test_info_text(run_cli) -> None:
     total = next(line.split() for line in out.splitlines() if line.split()[:1] == ["total"])
     assert int(total[1]) == sum(s.sent_bytes) == 2 * 500000
     assert "MSCCL would not select" not in out  # 250,000 floats divide into 4 chunks
+    # a Simple plan's 250,000-byte chunks: one 2 MiB slice, 8 chunks a call
+    assert "executor slices: 1 of 2097152 B per chunk, calls of up to 8 chunks" in out
 
 
 def test_info_notes_a_size_the_executors_would_not_select(run_cli) -> None:
@@ -136,6 +138,7 @@ def test_info_json_matches_the_library(run_cli, old_header: Path) -> None:
     expected = summarize(load(old_header), 4096).to_dict()
     assert {k: payload[k] for k in expected} == expected
     assert payload["chunk_bytes"] == 1024
+    assert payload["executor_slices"]["slices"] == 1
     assert len(payload["warnings"]) == 1
     assert "outofplace, minBytes, maxBytes absent" in payload["warnings"][0]
 

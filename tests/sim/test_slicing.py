@@ -15,6 +15,7 @@ from nuna.errors import UsageError
 from nuna.plan.generate import generate
 from nuna.plan.ir import Collective, Protocol
 from nuna.plan.slices import MSCCL_MAX_COUNT, Slicing, effective_chunk_bytes, executor_slicing, slice_bytes
+from nuna.plan.verify import summarize
 from nuna.plan.xml import loads
 from nuna.sim import SimOptions, simulate
 from nuna.sim.replay import _prepare
@@ -47,6 +48,14 @@ def test_the_protocols_slices_and_call_limits() -> None:
 def test_slices_and_calls_follow_the_chunk(protocol: str, chunk: int, expected: Slicing) -> None:
     plan = generate("allgather", 2, protocol=protocol)
     assert executor_slicing(plan, chunk) == expected
+
+
+def test_info_tells_the_slices_at_a_size() -> None:
+    plan = generate("allgather", 4, algo="ring", protocol="LL")  # 4 chunks: 1 MiB each at 4 MiB
+    assert summarize(plan, 4 << 20).slicing == Slicing(32 << 10, 32, 1)
+    assert summarize(plan, 4 << 20).to_dict()["executor_slices"] == {"slices": 32, "slice_bytes": 32 << 10,
+                                                                     "max_count": 1}
+    assert summarize(plan).slicing is None  # no size, no chunks to slice
 
 
 def _ranges(addr: np.ndarray, nbytes: np.ndarray) -> list[tuple[int, int]]:
