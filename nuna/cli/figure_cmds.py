@@ -58,6 +58,9 @@ def figure(
     no_reduce_fusion: bool = typer.Option(False, "--no-reduce-fusion", help="Replay every re step on its "
                                           "own rather than each chain the MSCCL executors fuse as one pass "
                                           "(nuna <= 0.9.0), into a sweep of its own (fig9-nofusion)."),
+    executor_slices: bool = typer.Option(False, "--executor-slices", help="Run every threadblock's steps "
+                                         "slice by slice as the MSCCL executors do (docs/simulator.md "
+                                         "section 3), into a sweep of its own (fig9-slices)."),
 ) -> None:
     """Render one of the paper's Figures 9-14 from its sweep (run or resumed as needed).
 
@@ -79,7 +82,7 @@ def figure(
                             progress=bar, only=only, windowed=windowed, max_packet_bytes=cap,
                             fast_forward=fast_forward, retry_failed=retry_failed,
                             line_setups=None if line_setups is None else line_setups.value,
-                            reduce_fusion=not no_reduce_fusion)
+                            reduce_fusion=not no_reduce_fusion, executor_slices=executor_slices)
     finally:
         bar.close()
     s = result.summary

@@ -44,6 +44,7 @@ from nuna.experiments.spec import (
     no_fusion_spec,
     packet_cap_spec,
     restrict_grid,
+    slices_spec,
     windowed_spec,
 )
 from nuna.experiments.store import is_sweep_folder
@@ -148,7 +149,7 @@ def run_figure(name: str, out_dir: str | Path, *, spec_dir: str | Path | None = 
                only: Mapping[str, Sequence[str]] | None = None, windowed: bool | None = None,
                max_packet_bytes: int | None = None, fast_forward: bool = False,
                line_setups: str | None = None, reduce_fusion: bool = True,
-               retry_failed: bool = False) -> FigureOutput:
+               executor_slices: bool = False, retry_failed: bool = False) -> FigureOutput:
     """Run (or resume) figure ``name``'s sweep under ``out_dir/sweeps`` and write
     ``out_dir/NAME.{png,svg,json}`` (``NAME-quick.*`` with ``quick``). ``only`` replaces grid
     axes (:func:`nuna.experiments.spec.restrict_grid`: a partial grid, named after the change,
@@ -162,7 +163,8 @@ def run_figure(name: str, out_dir: str | Path, *, spec_dir: str | Path | None = 
     ``fast_forward`` skips steady states (:func:`nuna.experiments.spec.fast_forward_spec`);
     ``line_setups`` other than the simulator's default replays packets with another head set-up
     rule (:func:`nuna.experiments.spec.line_setups_spec`); ``reduce_fusion`` ``False`` replays
-    each ``re`` step on its own (:func:`nuna.experiments.spec.no_fusion_spec`)."""
+    each ``re`` step on its own (:func:`nuna.experiments.spec.no_fusion_spec`);
+    ``executor_slices`` runs steps slice by slice (:func:`nuna.experiments.spec.slices_spec`)."""
     spec = load_sweep_spec(figure_spec_path(name, spec_dir))
     if only:
         spec = restrict_grid(spec, only)
@@ -178,6 +180,8 @@ def run_figure(name: str, out_dir: str | Path, *, spec_dir: str | Path | None = 
         spec = line_setups_spec(spec, line_setups)
     if not reduce_fusion:
         spec = no_fusion_spec(spec)
+    if executor_slices:
+        spec = slices_spec(spec)
     # the command line's values (a pod size, a threadblock count, a packet cap) meet the
     # spec's topologies only here: a combination no point could run is an error now
     check_spec_inputs(spec)

@@ -960,6 +960,13 @@ def no_fusion_spec(spec: SweepSpec) -> SweepSpec:
     return dataclasses.replace(spec, reduce_fusion=False, name=f"{spec.name}-nofusion")
 
 
+def slices_spec(spec: SweepSpec) -> SweepSpec:
+    """``spec`` replayed slice by slice as the MSCCL executors run their steps
+    (``nuna.sim.SimOptions.executor_slices``), named apart (``fig9-slices``): at sizes whose
+    chunks exceed a slice its points take longer, so they are points of their own."""
+    return dataclasses.replace(spec, executor_slices=True, name=f"{spec.name}-slices")
+
+
 def packet_cap_spec(spec: SweepSpec, max_packet_bytes: int) -> SweepSpec:
     """``spec`` with ``"auto"`` packets capped at ``max_packet_bytes``, named apart
     (``fig9-packets1KiB``): a cap that binds changes results, so its points are points of their

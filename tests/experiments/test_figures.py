@@ -620,3 +620,17 @@ def test_title_names_the_threadblock_counts_searched_per_range_of_sizes() -> Non
     assert title(searched).endswith("per peer: 1, 4, 16 at 100kB-1MB; 1 at 1GB")
     everywhere = searched + [record(c, 90.0, size=10**9, tbs=k) for c in ("UA", "NAP+NAR") for k in (4, 16)]
     assert title(everywhere).endswith("at its fastest of 1, 4, 16 threadblocks per peer")
+
+
+def test_cli_figure_runs_the_executors_slices_into_a_sweep_of_its_own(run_cli: Callable[..., Any],
+                                                                     tmp_path: Path) -> None:
+    res = run_cli("figure", "fig10", "--quick", "--executor-slices", "-o", tmp_path, "--jobs", "1", "-q")
+    assert res.code == 0, res.err
+    name = "fig10-quick-slices"
+    assert (tmp_path / f"{name}.png").stat().st_size > 0
+    results = sorted((tmp_path / "sweeps" / name / "results").glob("*.json"))
+    assert results
+    for path in results:
+        point = json.loads(path.read_text())
+        assert point["point"]["executor_slices"] is True
+        assert point["result"]["executor_slices"]["slices"] >= 1

@@ -11,7 +11,7 @@ import pytest
 
 from nuna.errors import InputError
 from nuna.experiments.points import point_sim_options
-from nuna.experiments.spec import expand, parse_sweep_spec, point_id, restrict_grid
+from nuna.experiments.spec import expand, parse_sweep_spec, point_id, restrict_grid, slices_spec
 from nuna.experiments.sweep import load_results, run_sweep
 
 # LL slices of 32 KiB: 1 MiB over 2 GPUs is 512 KiB chunks, 16 slices each
@@ -81,3 +81,12 @@ def test_a_sliced_sweep_replays_slices(tmp_path: Path) -> None:
                       options=SimOptions(executor_slices=True))
     assert record["result"]["time_ns"] == sliced.time_ns
     assert sliced.time_ns != simulate(plan, topology, size, packet_bytes=256, seed=0).time_ns
+
+
+def test_slices_spec_names_the_sweep_apart() -> None:
+    plain = parse_sweep_spec(BASE | {"sweep": {"name": "fig9"}})
+    named = slices_spec(plain)
+    assert named.name == "fig9-slices"
+    assert named.executor_slices is True
+    assert plain.executor_slices is False  # a copy, the spec itself unchanged
+    assert set(_ids(BASE)).isdisjoint(point_id(p.as_dict(), named.point_function) for p in expand(named))
