@@ -19,6 +19,7 @@ from nuna.experiments.spec import (
     restrict_grid,
 )
 from nuna.experiments.sweep import load_results, run_sweep
+from tests.experiments.spec_helpers import spec_ids, with_fixed
 
 BASE: dict[str, Any] = {
     "grid": {"collectives": ["reducescatter"], "gpus": [4], "sizes": ["64KiB"], "configs": ["UA"]},
@@ -26,14 +27,7 @@ BASE: dict[str, Any] = {
 
 
 def _with_fusion(value: Any, base: dict[str, Any] = BASE) -> dict[str, Any]:
-    data = {name: dict(table) for name, table in base.items()}
-    data.setdefault("fixed", {})["reduce_fusion"] = value
-    return data
-
-
-def _ids(data: dict[str, Any]) -> list[str]:
-    spec = parse_sweep_spec(data)
-    return [point_id(p.as_dict(), spec.point_function) for p in expand(spec)]
+    return with_fixed(base, "reduce_fusion", value)
 
 
 def test_false_is_a_fixed_setting_of_its_own() -> None:
@@ -46,7 +40,7 @@ def test_false_is_a_fixed_setting_of_its_own() -> None:
     assert all(p.as_dict()["reduce_fusion"] is False for p in expand(spec))
     assert spec.to_json()["fixed"]["reduce_fusion"] is False
     assert len(expand(spec)) == len(expand(plain))
-    assert set(_ids(BASE)).isdisjoint(_ids(_with_fusion(False)))
+    assert set(spec_ids(BASE)).isdisjoint(spec_ids(_with_fusion(False)))
     assert expand(spec)[0].label().endswith(" nofusion")
     assert "nofusion" not in expand(plain)[0].label()
     # the fixed table written back (restrict_grid re-reads it) keeps the setting
@@ -61,7 +55,7 @@ def test_true_leaves_the_spec_and_its_points_unchanged() -> None:
     assert spec == plain
     assert spec.to_json() == plain.to_json()
     assert [p.as_dict() for p in expand(spec)] == [p.as_dict() for p in expand(plain)]
-    assert _ids(_with_fusion(True)) == _ids(BASE)
+    assert spec_ids(_with_fusion(True)) == spec_ids(BASE)
 
 
 @pytest.mark.parametrize("value", ["false", "no", 0, 1, [False]])
@@ -78,7 +72,7 @@ def test_no_fusion_spec_names_the_sweep_apart() -> None:
     assert named.reduce_fusion is False
     assert plain.reduce_fusion is True  # a copy, the spec itself unchanged
     assert all(p.as_dict()["reduce_fusion"] is False for p in expand(named))
-    assert set(_ids(BASE)).isdisjoint(point_id(p.as_dict(), named.point_function) for p in expand(named))
+    assert set(spec_ids(BASE)).isdisjoint(point_id(p.as_dict(), named.point_function) for p in expand(named))
 
 
 def test_a_point_without_fusion_tells_the_simulator() -> None:

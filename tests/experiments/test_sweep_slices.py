@@ -13,6 +13,7 @@ from nuna.errors import InputError
 from nuna.experiments.points import point_sim_options
 from nuna.experiments.spec import expand, parse_sweep_spec, point_id, restrict_grid, slices_spec
 from nuna.experiments.sweep import load_results, run_sweep
+from tests.experiments.spec_helpers import spec_ids, with_fixed
 
 # LL slices of 32 KiB: 1 MiB over 2 GPUs is 512 KiB chunks, 16 slices each
 BASE: dict[str, Any] = {
@@ -21,14 +22,7 @@ BASE: dict[str, Any] = {
 
 
 def _with_slices(value: Any) -> dict[str, Any]:
-    data = {name: dict(table) for name, table in BASE.items()}
-    data.setdefault("fixed", {})["executor_slices"] = value
-    return data
-
-
-def _ids(data: dict[str, Any]) -> list[str]:
-    spec = parse_sweep_spec(data)
-    return [point_id(p.as_dict(), spec.point_function) for p in expand(spec)]
+    return with_fixed(BASE, "executor_slices", value)
 
 
 def test_true_is_a_fixed_setting_of_its_own() -> None:
@@ -40,13 +34,13 @@ def test_true_is_a_fixed_setting_of_its_own() -> None:
     assert "executor_slices" not in plain.to_json()["fixed"]
     assert all(p.as_dict()["executor_slices"] is True for p in expand(spec))
     assert spec.to_json()["fixed"]["executor_slices"] is True
-    assert set(_ids(BASE)).isdisjoint(_ids(_with_slices(True)))
+    assert set(spec_ids(BASE)).isdisjoint(spec_ids(_with_slices(True)))
     assert expand(spec)[0].label().endswith(" slices")
     assert "slices" not in expand(plain)[0].label()
     assert restrict_grid(spec, {"sizes": ["64KiB"]}).executor_slices is True
     # false is the default: the same spec, points and ids
     assert parse_sweep_spec(_with_slices(False)) == plain
-    assert _ids(_with_slices(False)) == _ids(BASE)
+    assert spec_ids(_with_slices(False)) == spec_ids(BASE)
 
 
 @pytest.mark.parametrize("value", ["true", 1, [True]])
@@ -89,4 +83,4 @@ def test_slices_spec_names_the_sweep_apart() -> None:
     assert named.name == "fig9-slices"
     assert named.executor_slices is True
     assert plain.executor_slices is False  # a copy, the spec itself unchanged
-    assert set(_ids(BASE)).isdisjoint(point_id(p.as_dict(), named.point_function) for p in expand(named))
+    assert set(spec_ids(BASE)).isdisjoint(point_id(p.as_dict(), named.point_function) for p in expand(named))
