@@ -1075,17 +1075,16 @@ def _step_times(R: Any, slicing: Slicing | None, sliced: SlicedNodes | None) -> 
     """Per plan step: when its dependencies were met, it started and it ended, and with
     slicing (steps, slices) arrays of when each slice started and ended (its first call's
     start, its last call's end; ``None`` without slicing)."""
+    ready, start, end = R.n_t_ready.copy(), R.n_t_start.copy(), R.n_t_end.copy()
     if sliced is None:
-        one = None if slicing is None else R.n_t_start.copy()[:, None]
-        end = None if slicing is None else R.n_t_end.copy()[:, None]
-        return R.n_t_ready.copy(), R.n_t_start.copy(), R.n_t_end.copy(), one, end
-    origin, sl = sliced.origin, sliced.slice_of
-    steps = int(origin.max()) + 1 if origin.shape[0] else 0
-    S = int(sl.max()) + 1 if sl.shape[0] else 1
-    idx = np.arange(origin.shape[0], dtype=np.int64)
-    first = np.full((steps, S), origin.shape[0], dtype=np.int64)
-    last = np.full((steps, S), -1, dtype=np.int64)
-    np.minimum.at(first, (origin, sl), idx)
-    np.maximum.at(last, (origin, sl), idx)
-    s_start, s_end = R.n_t_start[first], R.n_t_end[last]
-    return (R.n_t_ready[first[:, 0]].copy(), s_start[:, 0].copy(), s_end[:, -1].copy(), s_start, s_end)
+        if slicing is None:
+            return ready, start, end, None, None
+        return ready, start, end, start[:, None], end[:, None]
+    # the replay's nodes of a step and slice are its calls, consecutive in the replay
+    first = np.full((sliced.steps, sliced.slices), sliced.origin.shape[0], dtype=np.int64)
+    last = np.full((sliced.steps, sliced.slices), -1, dtype=np.int64)
+    idx = np.arange(sliced.origin.shape[0], dtype=np.int64)
+    np.minimum.at(first, (sliced.origin, sliced.slice_of), idx)
+    np.maximum.at(last, (sliced.origin, sliced.slice_of), idx)
+    s_start, s_end = start[first], end[last]
+    return ready[first[:, 0]], s_start[:, 0].copy(), s_end[:, -1].copy(), s_start, s_end

@@ -330,5 +330,6 @@ def sliced_protocol_note(plan: Plan, result: SimResult) -> str | None:
         return None
     proto = plan.protocol.value
     return (f"{proto} sends fence here as Simple's do (a call's stores written before the next); the "
-            f"executors' {proto} sends carry their flags with the data and do not wait, so slicing "
-            f"({result.slicing.slices} slices) overstates this plan's time (docs/simulator.md section 3)")
+            f"executors' {proto} sends carry their flags with the data and do not wait, so the "
+            f"{result.replay_nodes} calls of its {result.steps} steps overstate this plan's time "
+            "(docs/simulator.md section 3)")

@@ -29,8 +29,10 @@ I64 = npt.NDArray[np.int64]
 @dataclass(frozen=True, eq=False)
 class SlicedNodes:
     """The replay's nodes after slicing. ``origin[q]`` is the plan step (node of the unsliced
-    DAG) that node ``q`` is part of, ``slice_of[q]`` its slice."""
+    DAG, of ``steps``) that node ``q`` is part of, ``slice_of[q]`` its slice (of ``slices``)."""
 
+    steps: int
+    slices: int
     flat: FlatPlan
     dag: ReplayDag
     n_addr: I64
@@ -58,7 +60,6 @@ def slice_nodes(flat: FlatPlan, dag: ReplayDag, n_addr: I64, n_bytes: I64, n_pee
     tb_len = np.diff(tb_base)
     base_node = np.repeat(np.arange(nn, dtype=np.int64), calls)
     base_call = np.arange(int(bstart[-1]), dtype=np.int64) - np.repeat(bstart[:-1], calls)
-    base_tb = flat.node_tb[base_node]
 
     def first(node: I64, s: I64) -> I64:
         """The replay position of the first call of ``node`` in slice ``s``: threadblocks in
@@ -68,14 +69,13 @@ def slice_nodes(flat: FlatPlan, dag: ReplayDag, n_addr: I64, n_bytes: I64, n_pee
 
     nb = base_node.shape[0]
     total = S * nb
-    pos = (S * tb_base[base_tb] + (bstart[base_node] + base_call - tb_base[base_tb]))[None, :] \
-        + (np.arange(S, dtype=np.int64)[:, None] * tb_len[base_tb][None, :])
-    pos = pos.ravel()
+    slices = np.arange(S, dtype=np.int64)
+    pos = (first(base_node[None, :], slices[:, None]) + base_call[None, :]).ravel()
     origin = np.empty(total, dtype=np.int64)
     sl = np.empty(total, dtype=np.int64)
     call = np.empty(total, dtype=np.int64)
     origin[pos] = np.tile(base_node, S)
-    sl[pos] = np.repeat(np.arange(S, dtype=np.int64), nb)
+    sl[pos] = np.repeat(slices, nb)
     call[pos] = np.tile(base_call, S)
 
     # bytes and addresses: slice s of each chunk, then whole chunks call by call
@@ -96,7 +96,6 @@ def slice_nodes(flat: FlatPlan, dag: ReplayDag, n_addr: I64, n_bytes: I64, n_pee
     dst0 = dag.ctrl_indices.astype(np.int64)
     dep = ~((dst0 == src0 + 1) & (flat.node_tb[dst0] == flat.node_tb[src0]))
     ds, dd = src0[dep], dst0[dep]
-    slices = np.arange(S, dtype=np.int64)
     dsrc = (first(ds[None, :], slices[:, None]) + calls[ds][None, :] - 1).ravel()
     ddst = first(dd[None, :], slices[:, None]).ravel()
     src = np.concatenate([prog, dsrc])
@@ -126,4 +125,4 @@ def slice_nodes(flat: FlatPlan, dag: ReplayDag, n_addr: I64, n_bytes: I64, n_pee
         ctrl_indegree=np.bincount(dst, minlength=total).astype(np.int32),
         match_send=matched(dag.match_send).astype(np.int32),
         match_recv=matched(dag.match_recv).astype(np.int32))
-    return SlicedNodes(new_flat, new_dag, new_addr, new_bytes, n_peer[origin], origin, sl)
+    return SlicedNodes(nn, S, new_flat, new_dag, new_addr, new_bytes, n_peer[origin], origin, sl)
