@@ -45,26 +45,24 @@ class Slicing:
     max_count: int
 
 
-def slice_bytes(protocol: Protocol, element_bytes: int) -> int:
-    """The kernel's slice for ``protocol``, a whole number of elements (its ``chunkSize``)."""
+def _step_bytes(protocol: Protocol, chunk_steps: int) -> int:
+    """Payload bytes of ``chunk_steps`` of the connection's ``NCCL_STEPS`` buffer steps: all of a
+    Simple step, half of an LL step (a flag per data word), 15/16 of an LL128 step (a flag word
+    per 128-byte line); LL and LL128 move one step at a time."""
     step = BUFFER_BYTES[protocol] // NCCL_STEPS
     if protocol is Protocol.SIMPLE:
-        raw = step * MSCCL_CHUNKSTEPS
-    elif protocol is Protocol.LL:
-        raw = step // 2
-    else:
-        raw = step // 16 * 15
-    return max(1, raw // element_bytes) * element_bytes
+        return step * chunk_steps
+    return step // 2 if protocol is Protocol.LL else step // 16 * 15
+
+
+def slice_bytes(protocol: Protocol, element_bytes: int) -> int:
+    """The kernel's slice for ``protocol``, a whole number of elements (its ``chunkSize``)."""
+    return max(1, _step_bytes(protocol, MSCCL_CHUNKSTEPS) // element_bytes) * element_bytes
 
 
 def effective_chunk_bytes(protocol: Protocol, collective: Collective) -> int:
     """``chunkEffectiveSize`` of ``mscclSetupCount``: how much one primitive call may move."""
-    step = BUFFER_BYTES[protocol] // NCCL_STEPS
-    if protocol is Protocol.SIMPLE:
-        return step * (1 if collective in _ONE_STEP_COLLECTIVES else MSCCL_CHUNKSTEPS)
-    if protocol is Protocol.LL:
-        return step // 2
-    return step // 16 * 15
+    return _step_bytes(protocol, 1 if collective in _ONE_STEP_COLLECTIVES else MSCCL_CHUNKSTEPS)
 
 
 def executor_slicing(plan: Plan, chunk_bytes: int, element_bytes: int = 4) -> Slicing:
