@@ -44,6 +44,9 @@ class Slicing:
     slices: int
     max_count: int
 
+    def to_json(self) -> dict[str, int]:
+        return {"slices": self.slices, "slice_bytes": self.slice_bytes, "max_count": self.max_count}
+
 
 def _step_bytes(protocol: Protocol, chunk_steps: int) -> int:
     """Payload bytes of ``chunk_steps`` of the connection's ``NCCL_STEPS`` buffer steps: all of a

@@ -735,8 +735,7 @@ class PlanSummary:
             out["msccl_selectable"] = self.fit.msccl_selectable
         out["fused_re"] = {"steps": self.fused_re[0], "passes": self.fused_re[1]}
         if self.slicing is not None:
-            out["executor_slices"] = {"slices": self.slicing.slices, "slice_bytes": self.slicing.slice_bytes,
-                                      "max_count": self.slicing.max_count}
+            out["executor_slices"] = self.slicing.to_json()
         return out
 
 

@@ -315,8 +315,7 @@ class SimResult:
                            "events_skipped": round(k.events)} for k in self.fast_forward],
             }
         if self.slicing is not None:  # only when on, as fast_forward
-            out["executor_slices"] = {"slices": self.slicing.slices, "slice_bytes": self.slicing.slice_bytes,
-                                      "max_count": self.slicing.max_count, "replay_nodes": self.replay_nodes}
+            out["executor_slices"] = {**self.slicing.to_json(), "replay_nodes": self.replay_nodes}
         if chip_links:
             out["chip_links"] = [link.to_json() for link in self.chip_links]
         return out

@@ -1,6 +1,7 @@
 """Chrome / Perfetto trace-event JSON of a replay: a process per GPU, a track per threadblock
-with a slice per step, and counter tracks for the I/O ports' bandwidth over time. Given the
-topology, a threadblock's track also names where it ran (CU, die, mesh router).
+with a slice per step (one per executor slice of it in a replay with ``executor_slices``), and
+counter tracks for the I/O ports' bandwidth over time. Given the topology, a threadblock's
+track also names where it ran (CU, die, mesh router).
 
 Open the file in https://ui.perfetto.dev or chrome://tracing. Timestamps are microseconds (the
 format's unit) with nanosecond precision.
