@@ -30,6 +30,14 @@ class LineSetups(StrEnum):
     ONE = "one"
 
 
+class ProtocolModel(StrEnum):
+    """``--protocol-model``: how a replay treats an LL or LL128 plan's protocol
+    (``nuna.sim.SimOptions.protocol_model``)."""
+
+    PLAN = "plan"
+    SIMPLE = "simple"
+
+
 class ExecutorName(StrEnum):
     """``--executor`` of ``nuna sweep`` and ``nuna figure`` (``nuna.experiments.executors.EXECUTORS``)."""
 
@@ -79,6 +87,12 @@ LINE_SETUPS_HELP = ("Router head set-ups behind a packet of several lines: overl
                     "waits until its lines' set-ups would have let them leave, over the channels "
                     "with room; the default), series (one per line after the packet), one (one "
                     "per packet, nuna <= 0.8.0). docs/simulator.md section 5. Flits: no change.")
+
+
+PROTOCOL_MODEL_HELP = ("How an LL or LL128 plan's protocol is replayed: plan (its bytes on the wire, LL "
+                       "twice the payload and LL128 16/15, and sends that do not wait for their stores; "
+                       "the default) or simple (as Simple: payload only, sends wait; nuna <= 0.11.0). "
+                       "Simple plans: no change.")
 
 
 def parse_size_option(text: str) -> int:

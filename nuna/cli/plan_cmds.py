@@ -18,8 +18,9 @@ from nuna.cli.common import check_outputs, echo_json, parse_size_option
 from nuna.errors import NunaError
 from nuna.fsutil import write_atomic
 from nuna.plan.dag import build_dag, find_cycle, to_networkx
-from nuna.plan.ir import Plan
+from nuna.plan.ir import Plan, Protocol
 from nuna.plan.verify import Report, defaulted_warnings, gpu_count_mismatch, summarize, verify
+from nuna.plan.wire import protocol_wire
 from nuna.plan.xml import load_with_source
 from nuna.text import one_line
 from nuna.units import format_size
@@ -114,6 +115,7 @@ def info(
         f"plan: {one_line(s.name) or '(unnamed)'} ({plan_path})",
         f"collective: {s.collective}  protocol: {s.protocol}  inplace: {int(s.inplace)}  "
         f"outofplace: {int(s.outofplace)}",
+        *([_wire_text(plan.protocol)] if plan.protocol is not Protocol.SIMPLE else []),
         f"GPUs: {s.ngpus}  channels: {s.nchannels}  chunks per loop: {s.nchunksperloop}",
         f"threadblocks per GPU: {tb_text} (total {sum(tbs)})",
         f"steps: {s.total_steps} (" + ", ".join(f"{t} {n}" for t, n in s.steps_by_type) + ")",
@@ -140,6 +142,13 @@ def info(
             typer.echo(f"note: {note}")
     for msg in warnings:
         typer.echo(f"warning: {msg}")
+
+
+def _wire_text(protocol: Protocol) -> str:
+    """How an LL or LL128 plan's data travels (``nuna.plan.wire``), as ``nuna simulate`` models it."""
+    w = protocol_wire(protocol)
+    return (f"on the wire: {w.num / w.den:.3g}x the payload (flags in every line), sends do not wait for "
+            "their stores (nuna simulate models both; --protocol-model simple replays it as Simple)")
 
 
 def _structure_warnings(plan: Plan) -> list[str]:

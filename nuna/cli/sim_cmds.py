@@ -17,7 +17,9 @@ import typer
 
 from nuna.cli.common import (
     LINE_SETUPS_HELP,
+    PROTOCOL_MODEL_HELP,
     LineSetups,
+    ProtocolModel,
     check_outputs,
     naming_the_plan,
     parse_size_option,
@@ -206,6 +208,8 @@ def simulate(
                                          "LL128 576,000 B per chunk) and steps of many chunks as several "
                                          "calls, as the MSCCL executors do. Default: every step once on "
                                          "its whole chunks (the paper's model)."),
+    protocol_model: ProtocolModel = typer.Option(ProtocolModel.PLAN, "--protocol-model",
+                                                 help=PROTOCOL_MODEL_HELP),
     bounds_only: bool = typer.Option(False, "--bounds-only", help="Only the lower bound and the placement "
                                      "floor (what no placement or routing beats), without the replay: "
                                      "seconds where a large replay takes minutes."),
@@ -216,7 +220,7 @@ def simulate(
     from nuna.sim.fastforward import FastForward
     from nuna.sim.replay import SimOptions, placement_bounds
     from nuna.sim.replay import simulate as run
-    from nuna.sim.result import coarse_packet_note, sliced_protocol_note
+    from nuna.sim.result import coarse_packet_note, protocol_note
     from nuna.sim.trace import chrome_trace
     from nuna.topology.spec import load_topology
 
@@ -228,7 +232,8 @@ def simulate(
         raise UsageError("--nar-granularity applies to a --config that routes with NAR")
     check_outputs(json_file, trace_file, inputs=(plan_file, topology))
     options = SimOptions(windowed=windowed, fast_forward=FastForward() if fast_forward else None,
-                         threads=threads, reduce_fusion=reduce_fusion, executor_slices=executor_slices)
+                         threads=threads, reduce_fusion=reduce_fusion, executor_slices=executor_slices,
+                         protocol_model=protocol_model.value)
     if line_setups is not None:
         options = dataclasses.replace(options, line_setups=line_setups.value)
     if max_packet_bytes is not None:
@@ -303,7 +308,7 @@ def simulate(
         typer.echo("# note: --trace replayed with one event queue, where this pod replays windowed "
                    "without it: the same model, other orders of equal-time events, so the --json "
                    "queueing and latency figures may differ slightly from a replay without --trace")
-    for note in (res.size_fit.note(), coarse_packet_note(res.packet_bytes), sliced_protocol_note(plan, res)):
+    for note in (res.size_fit.note(), coarse_packet_note(res.packet_bytes), protocol_note(plan, res)):
         if note is not None:
             typer.echo(f"# note: {note}")
     _warn(plan, plan_file, size_bytes, config)

@@ -57,7 +57,8 @@ def _granularity(point: dict[str, Any]) -> int | str | None:
 def point_sim_options(point: dict[str, Any]) -> dict[str, Any]:
     """The ``nuna.sim.SimOptions`` fields a point sets (``windowed``, ``max_packet_bytes``,
     ``fast_forward`` with its default parameters, ``line_setups``, ``reduce_fusion`` when
-    ``False``, ``executor_slices`` when ``True``); the simulator's defaults for the rest."""
+    ``False``, ``executor_slices`` when ``True``, ``protocol_model`` when not ``"plan"``); the
+    simulator's defaults for the rest."""
     options = {key: point[key] for key in ("windowed", "max_packet_bytes", "line_setups")
                if point.get(key) is not None}
     if point.get("fast_forward"):
@@ -66,6 +67,8 @@ def point_sim_options(point: dict[str, Any]) -> dict[str, Any]:
         options["reduce_fusion"] = False
     if point.get("executor_slices") is True:
         options["executor_slices"] = True
+    if point.get("protocol_model", "plan") != "plan":
+        options["protocol_model"] = point["protocol_model"]
     return options
 
 

@@ -148,6 +148,9 @@ ALGOS: tuple[str, ...] = ("direct", "ring")
 #: ``[fixed] line_setups``: the simulator's head set-up rules (``nuna.sim.replay.LINE_SETUP_RULES``,
 #: spelled out so that reading a spec does not load the simulator)
 LINE_SETUPS: tuple[str, ...] = ("one", "overlap", "series")
+#: ``[fixed] protocol_model``: the simulator's (``nuna.sim.replay.PROTOCOL_MODELS``, the default
+#: first; spelled out for the same reason)
+PROTOCOL_MODELS: tuple[str, ...] = ("plan", "simple")
 
 #: ``packet_bytes`` value that lets the simulator pick; ``nar_granularities`` value that
 #: simulates every valid number of NAR domains and keeps the fastest (nuna.passes' ``"auto"``).
@@ -167,7 +170,7 @@ _SECTIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     ),
     "fixed": (frozenset(), frozenset({"algo", "packet_bytes", "max_packet_bytes", "seed", "windowed",
                                       "fast_forward", "line_setups", "reduce_fusion",
-                                      "executor_slices"})),
+                                      "executor_slices", "protocol_model"})),
 }
 
 #: grid axes: spec-file key -> SweepSpec field, in expansion order (outermost first)
@@ -228,6 +231,9 @@ class Point:
     did): another model of reductions, so a point of its own. ``executor_slices`` ``True`` runs
     each threadblock's steps once per slice of the plan's protocol, as the executors do
     (``nuna.sim.SimOptions.executor_slices``): another model of a step, so a point of its own.
+    ``protocol_model`` ``"simple"`` replays LL and LL128 plans as Simple, without their wire
+    bytes and unfenced sends (``nuna.sim.SimOptions.protocol_model``, as nuna <= 0.11.0 did):
+    another model of a protocol, so a point of its own.
 
     :attr:`plan` is ``None``: the point's plan is generated. A point of a plan file is a
     :class:`PlanPoint`.
@@ -250,6 +256,7 @@ class Point:
     line_setups: str | None = None
     reduce_fusion: bool = True
     executor_slices: bool = False
+    protocol_model: str = "plan"
 
     @property
     def plan(self) -> str | None:
@@ -259,7 +266,8 @@ class Point:
 
     def as_dict(self) -> dict[str, Any]:
         # "windowed", "max_packet_bytes", "fast_forward", "line_setups", "reduce_fusion",
-        # "executor_slices" and "plan" only when set, so that points without them keep their ids
+        # "executor_slices", "protocol_model" and "plan" only when set, so that points without
+        # them keep their ids
         return {**({"windowed": self.windowed} if self.windowed is not None else {}),
             **({"plan": self.plan} if self.plan is not None else {}),
             **({"max_packet_bytes": self.max_packet_bytes} if self.max_packet_bytes is not None else {}),
@@ -267,6 +275,7 @@ class Point:
             **({"line_setups": self.line_setups} if self.line_setups is not None else {}),
             **({"reduce_fusion": False} if not self.reduce_fusion else {}),
             **({"executor_slices": True} if self.executor_slices else {}),
+            **({"protocol_model": self.protocol_model} if self.protocol_model != "plan" else {}),
             "algo": self.algo,
             "collective": self.collective,
             "config": self.config,
@@ -311,6 +320,8 @@ class Point:
             parts.append("nofusion")
         if self.executor_slices:
             parts.append("slices")
+        if self.protocol_model != "plan":
+            parts.append(f"protocol-{self.protocol_model}")
         return " ".join(parts)
 
 
@@ -387,6 +398,7 @@ class SweepSpec:
     line_setups: str | None = None
     reduce_fusion: bool = True
     executor_slices: bool = False
+    protocol_model: str = "plan"
     also: tuple[GridPatch, ...] = ()
     source: str = field(default="<spec>", compare=False)
 
@@ -546,6 +558,7 @@ def _expand_one(spec: SweepSpec) -> list[Point]:
             "line_setups": spec.line_setups,
             "reduce_fusion": spec.reduce_fusion,
             "executor_slices": spec.executor_slices,
+            "protocol_model": spec.protocol_model,
         }
         point = Point(**inputs) if plan is None else PlanPoint(**inputs, plan=plan)
         points.append(point)
@@ -625,6 +638,8 @@ def parse_sweep_spec(
                                                                   "[fixed] line_setups"),
         reduce_fusion=_flag(fixed.get("reduce_fusion", True), source, "[fixed] reduce_fusion"),
         executor_slices=_flag(fixed.get("executor_slices", False), source, "[fixed] executor_slices"),
+        protocol_model=_choice(fixed.get("protocol_model", "plan"), PROTOCOL_MODELS, source,
+                               "[fixed] protocol_model"),
         also=_grid_patches(grid.get("also", []), convert, source, has_plans),
         source=source,
     )
@@ -980,8 +995,9 @@ def packet_cap_spec(spec: SweepSpec, max_packet_bytes: int) -> SweepSpec:
 
 def _fixed(spec: SweepSpec) -> dict[str, Any]:
     """The ``[fixed]`` table of ``spec`` (``windowed``, ``max_packet_bytes``, ``fast_forward``,
-    ``line_setups``, ``reduce_fusion`` and ``executor_slices`` only when set (``reduce_fusion``
-    when ``False``, ``executor_slices`` when ``True``): older
+    ``line_setups``, ``reduce_fusion``, ``executor_slices`` and ``protocol_model`` only when set
+    (``reduce_fusion`` when ``False``, ``executor_slices`` when ``True``, ``protocol_model`` when
+    not ``"plan"``): older
     indexes stay equal; no ``algo`` with plan files, which no generator made)."""
     fixed: dict[str, Any] = {"packet_bytes": spec.packet_bytes, "seed": spec.seed}
     if not spec.plans:
@@ -998,6 +1014,8 @@ def _fixed(spec: SweepSpec) -> dict[str, Any]:
         fixed["reduce_fusion"] = False
     if spec.executor_slices:
         fixed["executor_slices"] = True
+    if spec.protocol_model != "plan":
+        fixed["protocol_model"] = spec.protocol_model
     return fixed
 
 

@@ -1721,7 +1721,7 @@ Replay = namedtuple(
         "j_bytes", "j_cls",
         # CUs (global id gpu * cus + cu)
         "cu_out", "cu_head", "cu_tail",
-        # job slots in flight: step, job, packets pending, phase, time the stores were issued,
+        # job slots in flight: step, job, packets pending, phase (JS_*), time the stores were issued,
         # latest tail of its loads, head landing time of its remote store, lines it holds
         "js_node", "js_job", "js_pending", "js_phase", "js_t", "js_tail", "js_head", "js_held", "js_free",
         # free packet slots (a packet's job slot and kind are its PI_USER0/1 columns)
@@ -1750,7 +1750,7 @@ Replay = namedtuple(
 
 # par_i
 P_CUS, P_LIMIT, P_REQ, P_BLOCK, P_SEG_REQ, P_SEG_READ, P_SEG_STORE, P_SEG_OUT, P_SEG_IN, P_SEG_ALU, \
-    P_STACKS, P_PORTS, P_LINE, P_CUSRC, P_QDEPTH = range(15)
+    P_STACKS, P_PORTS, P_LINE, P_CUSRC, P_QDEPTH, P_WIRE_NUM, P_WIRE_DEN, P_UNFENCED = range(18)
 # par_f
 # (F_GATHER_PAUSED: nonzero when a caller reads the totals at a pause, as fast-forward does;
 # otherwise a pause leaves them in the domains, so that pauses do not change float sums)
@@ -1764,6 +1764,10 @@ S_LAT_SUM, S_LAT_W, S_LAT_MAX, S_TR_NEXT, S_REMOTE_BYTES, S_READY_SUM = range(6)
 N_WAIT, N_DATA, N_RUN, N_DONE = 0, 1, 2, 3
 # packet kinds
 K_LOAD, K_ALU, K_STORE, K_REMOTE = 0, 1, 2, 3
+# job slot phases (js_phase): loading, reducing, storing; storing and already counted done by
+# its step (an unfenced remote store, P_UNFENCED); storing, to be counted done by its step when
+# its local store lands (a job with a local and an unfenced remote store)
+JS_LOAD, JS_ALU, JS_STORE, JS_POSTED, JS_POST_AT_LOCAL = 0, 1, 2, 3, 4
 # loop status (PAUSED: no event is left before ``par_f[F_STOP]``, see nuna.sim.fastforward)
 DONE, NEED_HEAP, OVERFLOW, PAUSED = 0, 1, 2, 3
 #: a domain's window ended early: its outbox is nearly full (internal to replay_loop)
@@ -1853,7 +1857,7 @@ def _job_stores(net: Any, st: Any, R: Any, js: int, now: float, tail: float) -> 
     base = g * R.par_i[P_BLOCK]
     size = R.j_bytes[j]
     pending = 0
-    R.js_phase[js] = 2
+    R.js_phase[js] = JS_STORE
     R.js_t[js] = now
     if R.j_cls[j, 2] >= 0:
         pending += 1
@@ -1873,10 +1877,48 @@ def _job_stores(net: Any, st: Any, R: Any, js: int, now: float, tail: float) -> 
     if R.j_cls[j, 3] >= 0:
         port = R.j_cls[j, 3]
         p = _new_packet(st, R, js, K_REMOTE)
-        init_packet(net, st, p, R.par_i[P_SEG_OUT] + cu * ports + port, base, size,
-                    R.par_i[P_SEG_IN] + port * stacks + R.j_cls[j, 4], R.n_peer[n] * R.par_i[P_BLOCK], size)
+        # the protocol's bytes on the wire (LL: a flag per 8 bytes of data, LL128 per 120)
+        wire = _wire_bytes(R, size)
+        init_packet(net, st, p, R.par_i[P_SEG_OUT] + cu * ports + port, base, wire,
+                    R.par_i[P_SEG_IN] + port * stacks + R.j_cls[j, 4], R.n_peer[n] * R.par_i[P_BLOCK], wire)
         st.pf[p, 3] = n  # its send step, for the receiver's side of its landing (EV_LAND)
         enter(net, st, p, now, tail)
+        if R.par_i[P_UNFENCED]:
+            # LL and LL128 sends do not wait for their stores (the flags travel with the data):
+            # the step counts the job done once its stores are issued, or, with a local store
+            # as well, once that one lands
+            if R.j_cls[j, 2] >= 0:
+                R.js_phase[js] = JS_POST_AT_LOCAL
+            else:
+                _post(R, js, now)
+
+
+@_hot
+def _wire_bytes(R: Any, payload: Any) -> Any:
+    """Bytes a remote store (or a load of what one stored) of ``payload`` bytes takes on the
+    wire under the plan's protocol: ``ceil(payload * P_WIRE_NUM / P_WIRE_DEN)``. As the factor is
+    at least 1, ``(wire * P_WIRE_DEN) // P_WIRE_NUM`` gives the payload back (``_payload_bytes``)."""
+    num = R.par_i[P_WIRE_NUM]
+    den = R.par_i[P_WIRE_DEN]
+    if num == den:  # Simple: no division on every store
+        return payload
+    return (payload * num + den - 1) // den
+
+
+@_hot
+def _payload_bytes(R: Any, wire: Any) -> Any:
+    """The payload of a remote store of ``wire`` bytes on the wire (inverse of ``_wire_bytes``)."""
+    return (wire * R.par_i[P_WIRE_DEN]) // R.par_i[P_WIRE_NUM]
+
+
+@_jit
+def _post(R: Any, js: int, now: float) -> None:
+    """Count job slot ``js``'s job done by its step ahead of its stores (P_UNFENCED)."""
+    R.js_phase[js] = JS_POSTED
+    n = R.js_node[js]
+    R.n_jobs_left[n] -= 1
+    if R.n_jobs_left[n] == 0:
+        _complete(R, n, now)
 
 
 @_hot
@@ -1897,7 +1939,7 @@ def _job_loaded(net: Any, st: Any, R: Any, js: int, now: float, tail: float) -> 
     n = R.js_node[js]
     t = R.n_type[n]
     if t in (T_RRC, T_RRS, T_RRCS, T_RE):
-        R.js_phase[js] = 1
+        R.js_phase[js] = JS_ALU
         j = R.js_job[js]
         # a fused re reduces each further source too: one more pass of the ALU per source
         passes = 1 + _further_loads(R, j)
@@ -1923,7 +1965,7 @@ def _job_start(net: Any, st: Any, R: Any, js: int, now: float) -> None:
     for k in range(2):
         if R.j_cls[j, k] >= 0:
             loads += 1
-    R.js_phase[js] = 0
+    R.js_phase[js] = JS_LOAD
     R.js_pending[js] = loads
     R.js_tail[js] = now
     if loads == 0:
@@ -1933,10 +1975,14 @@ def _job_start(net: Any, st: Any, R: Any, js: int, now: float) -> None:
         s = R.j_cls[j, k]
         if (k < 2 or k >= 5) and s >= 0:
             p = _new_packet(st, R, js, K_LOAD)
+            size = R.j_bytes[j]
+            if k == 0 and R.par_i[P_WIRE_NUM] != R.par_i[P_WIRE_DEN] and R.n_type[n] in (T_RCS, T_RRC, T_RRS,
+                                                                                            T_RRCS):
+                size = _wire_bytes(R, size)  # load 0 reads what a remote store wrote, as sent
             # one request per line: a packet of m lines asks with m requests' bytes
-            lines = (R.j_bytes[j] + R.par_i[P_LINE] - 1) // R.par_i[P_LINE]
+            lines = (size + R.par_i[P_LINE] - 1) // R.par_i[P_LINE]
             init_packet(net, st, p, R.par_i[P_SEG_REQ] + cu * stacks + s, base, R.par_i[P_REQ] * lines,
-                        R.par_i[P_SEG_READ] + s * cus + cu, base, R.j_bytes[j])
+                        R.par_i[P_SEG_READ] + s * cus + cu, base, size)
             enter(net, st, p, now, now)
 
 
@@ -2004,9 +2050,11 @@ def _job_done(net: Any, st: Any, R: Any, js: int, now: float) -> None:
     R.rc[R_JS_FREE] = f + 1
     cu = R.n_gpu[n] * R.par_i[P_CUS] + R.n_cu[n]
     R.cu_out[cu] -= R.js_held[js]
-    R.n_jobs_left[n] -= 1
-    if R.n_jobs_left[n] == 0:
-        _complete(R, n, now)
+    # (the flag first: Simple's replays do not read the phase of every job that ends)
+    if R.par_i[P_UNFENCED] == 0 or R.js_phase[js] != JS_POSTED:
+        R.n_jobs_left[n] -= 1
+        if R.n_jobs_left[n] == 0:
+            _complete(R, n, now)
     _issue(net, st, R, cu, now)
 
 
@@ -2109,7 +2157,7 @@ def _packet_landed(net: Any, st: Any, R: Any, p: int, now: float) -> None:
     maybe on another thread: neither frees the packet, the window's end does once both are
     done (``PI_RNEXT`` -2: this side has read the row; see :func:`_free_landed`)."""
     n = int(st.pf[p, 3])
-    nbytes = _as_int64(st.pi[p, PI_SIZE1])
+    nbytes = _payload_bytes(R, _as_int64(st.pi[p, PI_SIZE1]))
     st.pi[p, PI_RNEXT] = -2
     _land(net, st, R, n, nbytes, now)
 
@@ -2126,6 +2174,8 @@ def _packet_done(net: Any, st: Any, R: Any, p: int, now: float) -> None:
         return
     n = R.js_node[js]
     j = R.js_job[js]
+    if kind == K_STORE and R.par_i[P_UNFENCED] and R.js_phase[js] == JS_POST_AT_LOCAL:
+        _post(R, js, now)
     if kind == K_REMOTE:
         # weight by lines so that the distribution does not depend on the packet size
         w = float((R.j_bytes[j] + R.par_i[P_LINE] - 1) // R.par_i[P_LINE])

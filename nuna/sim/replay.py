@@ -39,9 +39,10 @@ from nuna.errors import SimulationError, UsageError
 from nuna.plan.dag import NONE, STEP_TYPES, FlatPlan, ReplayDag, build_dag, finish_times, flatten
 from nuna.plan.fusion import reduce_fusion
 from nuna.plan.generate import generate
-from nuna.plan.ir import Plan
+from nuna.plan.ir import Plan, Protocol
 from nuna.plan.slices import Slicing, executor_slicing
 from nuna.plan.verify import SizeFit, gpu_count_mismatch, self_peer_message, self_peer_threadblocks, size_fit
+from nuna.plan.wire import SIMPLE_WIRE, Wire, protocol_wire
 from nuna.sim import engine as eng
 from nuna.sim import fastforward
 from nuna.sim.fastforward import FastForward
@@ -113,6 +114,19 @@ class SimOptions:
     # chunks as several primitive calls, as the MSCCL executors do (nuna.plan.slices,
     # docs/simulator.md §3); False (the default, the paper's model): every step once on its chunks
     executor_slices: bool = False
+    # "plan": the plan's protocol on the wire (LL twice the payload, LL128 16/15, in remote
+    # stores and in the loads of what they stored) and LL/LL128 sends that do not wait for their
+    # stores (nuna.plan.wire; docs/simulator.md §3); "simple": every plan as Simple (nuna <= 0.11.0)
+    protocol_model: str = "plan"
+
+
+#: ``SimOptions.protocol_model`` choices, the default first
+PROTOCOL_MODELS = ("plan", "simple")
+
+
+def replay_wire(plan: Plan, opts: SimOptions) -> Wire:
+    """The wire format a replay of ``plan`` uses (:mod:`nuna.plan.wire`)."""
+    return protocol_wire(plan.protocol) if opts.protocol_model == "plan" else SIMPLE_WIRE
 
 
 #: GPUs from which ``SimOptions(windowed=None)`` replays windowed: where a pod's engine state
@@ -366,7 +380,8 @@ def _load_columns(j_cls: npt.NDArray[Any]) -> npt.NDArray[Any]:
 
 
 def _step_floor_ns(spec: TopologySpec, net: PodNet, short: _Shortest, dag: ReplayDag, code: I64,
-                   n_bytes: I64, n_job_ptr: I64, j_cls: npt.NDArray[np.int64], packet_bytes: int) -> float:
+                   n_bytes: I64, n_job_ptr: I64, j_cls: npt.NDArray[np.int64], packet_bytes: int,
+                   fenced: bool = True) -> float:
     """The plan's critical path when every step takes the least time any placement allows.
 
     A step starts when its dependencies are done (and a receive-type step when its data has
@@ -377,7 +392,10 @@ def _step_floor_ns(spec: TopologySpec, net: PodNet, short: _Shortest, dag: Repla
     fill the CU's request window (``max_outstanding_requests_per_cu``, plus half a packet: a
     packet may start while half of it fits; a slot is held until its line's store has landed).
     Control and data edges as in :func:`nuna.plan.dag.finish_times`; 0 if the DAG has a cycle
-    (the replay reports it)."""
+    (the replay reports it). With sends that do not wait for their stores (``fenced`` False:
+    LL, LL128) a step that stores remotely is done once its last line's remote store is issued
+    (and its local store, if any, has landed): its remote stores count in the window's rounds,
+    whose slots they hold, but not in its first line nor in its CU's outgoing stream."""
     chip = spec.chip
     line = chip.flit_bytes
     nn = code.shape[0]
@@ -395,11 +413,15 @@ def _step_floor_ns(spec: TopologySpec, net: PodNet, short: _Shortest, dag: Repla
     alu_ns = float(net.edge_lat[net.alu])
     first_line_ns = ((n_loads > 0) * short.load_ns + alu * alu_ns
                      + np.maximum(local * short.local_store_ns, remote * short.remote_store_ns))
+    # what the step waits for itself: its remote stores too unless sends are unfenced
+    waited = remote if fenced else np.zeros(nn, dtype=bool)
+    own_line_ns = ((n_loads > 0) * short.load_ns + alu * alu_ns
+                   + np.maximum(local * short.local_store_ns, waited * short.remote_store_ns))
     nbytes = n_bytes.astype(np.float64)
     first = np.minimum(nbytes, line)
     stream_ns = np.maximum.reduce([
         (n_loads * nbytes - first) / short.cu_in_bytes_per_ns,
-        ((local.astype(np.int64) + remote) * nbytes - first) / short.cu_out_bytes_per_ns,
+        ((local.astype(np.int64) + waited) * nbytes - first) / short.cu_out_bytes_per_ns,
         alu * (passes * nbytes - first) / net.reduce_bytes_per_ns,
         np.zeros(nn),
     ])
@@ -408,7 +430,7 @@ def _step_floor_ns(spec: TopologySpec, net: PodNet, short: _Shortest, dag: Repla
     # a line holds a request slot per two loads (engine ``_slots_per_line``)
     slots = (n_loads + 1) // 2 if cls.shape[1] > 5 else np.ones(nn, dtype=np.int64)
     rounds = -(-(np.maximum(slots, 1) * ((n_bytes + line - 1) // line)) // window)
-    duration = np.where(njobs > 0, first_line_ns + np.maximum(stream_ns, (rounds - 1) * first_line_ns), 0.0)
+    duration = np.where(njobs > 0, own_line_ns + np.maximum(stream_ns, (rounds - 1) * first_line_ns), 0.0)
     finish = finish_times(dag, duration)
     return 0.0 if np.isnan(finish).any() else float(finish.max(initial=0.0))
 
@@ -497,6 +519,7 @@ class _Prepared:
     floor_ns: float
     slicing: Slicing | None  # with SimOptions.executor_slices
     sliced: SlicedNodes | None  # None: a node per plan step
+    wire: Wire  # the protocol's wire format (SimOptions.protocol_model)
 
 
 #: ``SimOptions`` counts: (least, most). The upper bounds keep a replay's allocations and int64 byte
@@ -528,6 +551,9 @@ def _check_options(opts: SimOptions) -> None:
     if opts.line_setups not in LINE_SETUP_RULES:
         raise UsageError(f"head set-ups per packet must be one of {', '.join(sorted(LINE_SETUP_RULES))}, "
                          f"got {opts.line_setups!r}")
+    if opts.protocol_model not in PROTOCOL_MODELS:
+        raise UsageError(f"SimOptions.protocol_model must be one of {', '.join(PROTOCOL_MODELS)}, "
+                         f"got {opts.protocol_model!r}")
     for name in ("reduce_fusion", "executor_slices"):
         if not isinstance(getattr(opts, name), bool):
             raise UsageError(f"SimOptions.{name} must be True or False, got {getattr(opts, name)!r}")
@@ -612,11 +638,14 @@ def _prepare(plan: Plan, topology_spec: TopologySpec, size_bytes: int, packet_by
     loads = np.any(_load_columns(j_cls[:njobs]) >= 0, axis=1)
     loads_first = bool(np.all(loads[remote]))
     short = _shortest(spec, net)
-    lower, floor = _bounds(spec, net, short, lb_sent, loads_first)
+    wire = replay_wire(plan, opts)
+    # every sent byte crosses the ports as the protocol puts it on the wire (at least this many
+    # bytes: each store rounds its own up)
+    lower, floor = _bounds(spec, net, short, lb_sent * wire.num // wire.den, loads_first)
     floor = max(floor, _step_floor_ns(spec, net, short, dag, flat.code, n_bytes, n_job_ptr, j_cls[:njobs],
-                                      psize))
+                                      psize, fenced=wire.fenced))
     return _Prepared(dag, flat, n_gpu, tb_cu, layout, n_addr, n_peer, n_bytes, psize, n_job_ptr, njobs,
-                     j_bytes, j_cls, net, lb_sent, lower, floor, slicing, sliced)
+                     j_bytes, j_cls, net, lb_sent, lower, floor, slicing, sliced, wire)
 
 
 def placement_bounds(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *,
@@ -673,9 +702,11 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *,
     # a packet of m lines holds m request slots: about packets / m are in flight at once
     in_flight = packets // max(1, psize // line)
     # packets of several lines pile up behind a waiting head (docs/simulator.md §5); one-line
-    # packets are flits, for which the rule changes nothing, so their replays skip it
+    # packets are flits, for which the rule changes nothing, so their replays skip it. A line's
+    # remote store with LL's or LL128's flags is a packet of two flits (nuna.plan.wire), whose
+    # second piles up behind its head as a wormhole router's body flit does
     st = eng.make_state(net.net, packets, heap, opts.credit_ring, domains, net.block, in_flight,
-                        pileup=psize > line, ring_events=pools.ring_events,
+                        pileup=pre.wire.wire_bytes(psize) > line, ring_events=pools.ring_events,
                         line_setup=LINE_SETUP_RULES[opts.line_setups] if psize > line else eng.LINE_SETUP_ONE)
 
     m_send = dag.match_send.astype(np.int64)
@@ -708,7 +739,8 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *,
         np.zeros((nsamples, tr_edges.shape[0]), dtype=np.float64),
         _response_ns_by_segment(spec, net),
         np.array([chip.cus, limit, opts.request_bytes, net.block, *net.seg_start, chip.hbm_stacks,
-                  chip.io_ports, line, net.cusrc, opts.issue_queue], dtype=np.int64),
+                  chip.io_ports, line, net.cusrc, opts.issue_queue, pre.wire.num, pre.wire.den,
+                  0 if pre.wire.fenced else 1], dtype=np.int64),
         par_f,
         pools.rc, np.zeros(1, dtype=np.int64),
         pools.d_rc, pools.d_ready, pools.d_js_free, pools.d_pk_free, pools.d_hist, pools.d_stat_f,
@@ -727,6 +759,9 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *,
     res = _result(plan, spec, size_bytes, psize, seed, flat, dag, net, st, R, layout, tb_cu, (lower, floor),
                   lb_sent, njobs, started, trace, size_fit(plan, size_bytes, opts.element_bytes), window_ns,
                   None if opts.fast_forward is None else skips, pre.slicing, pre.sliced)
+    if plan.protocol is not Protocol.SIMPLE:
+        res = dataclasses.replace(res, protocol={"name": plan.protocol.value, "model": opts.protocol_model,
+                                                 **pre.wire.to_json()})
     if trace and opts.windowed is None and _window_for(None, ngpus, False, net, spec, psize) > 0.0:
         res = dataclasses.replace(res, one_queue_for_trace=True)
     return res

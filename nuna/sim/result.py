@@ -13,9 +13,10 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from nuna.plan.ir import Collective, Plan, Protocol
+from nuna.plan.ir import Collective, Plan
 from nuna.plan.slices import Slicing
 from nuna.plan.verify import SizeFit
+from nuna.plan.wire import protocol_wire
 from nuna.units import format_size
 
 F64 = npt.NDArray[np.float64]
@@ -212,6 +213,10 @@ class SimResult:
     # [step, slice] (its first call's start, its last call's end); None when off
     slicing: Slicing | None = None
     replay_nodes: int = 0
+    # an LL or LL128 plan's protocol as the replay modelled it (SimOptions.protocol_model;
+    # nuna.plan.wire): name, model, wire bytes per payload byte, whether sends fenced. None for
+    # Simple plans, whose JSON has no such key
+    protocol: dict[str, Any] | None = None
     slice_t_start: F64 | None = field(default=None, repr=False)
     slice_t_end: F64 | None = field(default=None, repr=False)
 
@@ -316,19 +321,19 @@ class SimResult:
             }
         if self.slicing is not None:  # only when on, as fast_forward
             out["executor_slices"] = {**self.slicing.to_json(), "replay_nodes": self.replay_nodes}
+        if self.protocol is not None:
+            out["protocol"] = dict(self.protocol)
         if chip_links:
             out["chip_links"] = [link.to_json() for link in self.chip_links]
         return out
 
 
-def sliced_protocol_note(plan: Plan, result: SimResult) -> str | None:
-    """What a sliced replay of an LL or LL128 plan leaves out, or ``None``: its sends fence per
-    call as Simple's do, where the executors' LL sends carry their flags with the data and do
-    not wait (docs/simulator.md §3, "Executor slices")."""
-    if result.slicing is None or plan.protocol is Protocol.SIMPLE or result.replay_nodes == result.steps:
+def protocol_note(plan: Plan, result: SimResult) -> str | None:
+    """What a replay of an LL or LL128 plan as Simple (``SimOptions.protocol_model = "simple"``)
+    leaves out, or ``None`` (docs/simulator.md §3, "Protocols")."""
+    if result.protocol is None or result.protocol["model"] != "simple":
         return None
     proto = plan.protocol.value
-    return (f"{proto} sends fence here as Simple's do (a call's stores written before the next); the "
-            f"executors' {proto} sends carry their flags with the data and do not wait, so the "
-            f"{result.replay_nodes} calls of its {result.steps} steps overstate this plan's time "
-            "(docs/simulator.md section 3)")
+    ratio = protocol_wire(plan.protocol).num / protocol_wire(plan.protocol).den
+    return (f"replayed as Simple: this {proto} plan's {ratio:.3g}x bytes on the wire and its sends "
+            "that do not wait for their stores are left out (--protocol-model plan models them)")

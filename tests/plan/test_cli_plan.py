@@ -10,8 +10,9 @@ import networkx as nx
 import pytest
 
 from nuna.plan.dag import build_dag
+from nuna.plan.generate import generate
 from nuna.plan.verify import summarize, verify
-from nuna.plan.xml import load, load_with_source
+from nuna.plan.xml import load, load_with_source, save
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "plans").glob("*.xml"))
@@ -122,6 +123,16 @@ def test_info_text(run_cli) -> None:
     assert "MSCCL would not select" not in out  # 250,000 floats divide into 4 chunks
     # a Simple plan's 250,000-byte chunks: one 2 MiB slice, 8 chunks a call
     assert "executor slices: 1 of 2097152 B per chunk, calls of up to 8 chunks" in out
+    assert "on the wire" not in out  # a Simple plan moves its payload only
+
+
+@pytest.mark.parametrize(("protocol", "ratio"), [("LL", "2x"), ("LL128", "1.07x")])
+def test_info_says_how_an_ll_plan_travels(run_cli, tmp_path: Path, protocol: str, ratio: str) -> None:
+    path = tmp_path / "ll.xml"
+    save(generate("allgather", 2, protocol=protocol), path)
+    res = run_cli("info", str(path))
+    assert res.code == 0, res.err
+    assert f"on the wire: {ratio} the payload (flags in every line), sends do not wait" in res.out
 
 
 def test_info_notes_a_size_the_executors_would_not_select(run_cli) -> None:
