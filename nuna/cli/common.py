@@ -10,7 +10,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import typer
 
@@ -102,6 +102,23 @@ def parse_size_option(text: str) -> int:
         return parse_size(text)
     except UsageError as err:
         raise typer.BadParameter(str(err)) from None
+
+
+def parse_packet_bytes_option(text: str | None) -> int | Literal["auto"] | None:
+    """``--packet-bytes``: ``auto``, a size (``1024``, ``1KiB``) or, not given, None (one flit of
+    the topology)."""
+    if text is None:
+        return None
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        value = parse_size(text)
+    except UsageError as err:
+        raise typer.BadParameter(f"invalid packet size {text!r}: expected 'auto' or a size in bytes "
+                                 f"({err})") from None
+    if value <= 0:
+        raise typer.BadParameter(f"invalid packet size {text!r}: must be positive")
+    return value
 
 
 def check_outputs(*paths: Path | None, inputs: Sequence[Path | str | None] = ()) -> None:

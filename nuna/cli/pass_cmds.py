@@ -12,7 +12,15 @@ from pathlib import Path
 
 import typer
 
-from nuna.cli.common import check_outputs, naming_the_plan, parse_size_option, write_json
+from nuna.cli.common import (
+    PROTOCOL_MODEL_HELP,
+    ProtocolModel,
+    check_outputs,
+    naming_the_plan,
+    parse_packet_bytes_option,
+    parse_size_option,
+    write_json,
+)
 from nuna.fsutil import make_folder, write_atomic
 from nuna.passes import PassContext, PlanPass, get_config
 from nuna.passes.configs import apply_choice, choose_granularity, config_names, parse_granularity
@@ -90,9 +98,20 @@ def register(app: typer.Typer) -> None:
         topology: str = typer.Option(DEFAULT_TOPOLOGY, "--topology", "-t", help=_TOPO_HELP),
         seed: int = typer.Option(0, "--seed", help="Simulator seed."),
         json_path: Path | None = typer.Option(None, "--json", help="Also write the comparison as JSON."),
+        packet_bytes: str | None = typer.Option(
+            None, "--packet-bytes", help="Packet size of every replay (and of -g auto's): a multiple of "
+            "the flit, or auto. Default: one flit of the topology.", show_default=False),
+        reduce_fusion: bool = typer.Option(True, "--reduce-fusion/--no-reduce-fusion",
+                                           help="Replay chains of re steps as the executors' fused passes."),
+        executor_slices: bool = typer.Option(False, "--executor-slices", help="Run steps slice by slice "
+                                             "and in primitive calls, as the MSCCL executors do."),
+        protocol_model: ProtocolModel = typer.Option(ProtocolModel.PLAN, "--protocol-model",
+                                                     help=PROTOCOL_MODEL_HELP),
     ) -> None:
-        """Simulate a plan under several configurations and show them side by side."""
+        """Simulate a plan under several configurations and show them side by side (each replay, and
+        -g auto's, with the replay options given here; nuna simulate describes them)."""
         from nuna.passes.report import compare, format_comparison
+        from nuna.sim.replay import SimOptions
 
         names = config_names(configs)
         check_outputs(json_path, inputs=(plan_path, topology))
@@ -100,8 +119,12 @@ def register(app: typer.Typer) -> None:
         plan = load(plan_path)
         size_bytes = _size(size)
         assert size_bytes is not None
+        packets = parse_packet_bytes_option(packet_bytes)
+        options = SimOptions(reduce_fusion=reduce_fusion, executor_slices=executor_slices,
+                             protocol_model=protocol_model.value)
         with naming_the_plan(plan_path):
-            comparison = compare(plan, spec, size_bytes, names, parse_granularity(nar_granularity), seed=seed)
+            comparison = compare(plan, spec, size_bytes, names, parse_granularity(nar_granularity), seed=seed,
+                                 packet_bytes=packets, options=options)
         if json_path is not None:  # before printing: a closed pipe must not cost the result
             write_json(json_path, comparison.to_json())
         typer.echo(format_comparison(comparison))

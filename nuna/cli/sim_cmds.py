@@ -22,12 +22,13 @@ from nuna.cli.common import (
     ProtocolModel,
     check_outputs,
     naming_the_plan,
+    parse_packet_bytes_option,
     parse_size_option,
     write_json,
 )
 from nuna.errors import NunaError, UsageError
 from nuna.text import one_line
-from nuna.units import format_size, parse_size
+from nuna.units import format_size
 
 if TYPE_CHECKING:  # the simulator (numba) loads when a command needs it, not for --help
     from nuna.plan.ir import Plan
@@ -99,23 +100,6 @@ def noc(
 
 def _size(text: str) -> int:
     return parse_size_option(text)
-
-
-def _packet_bytes(text: str | None) -> int | str | None:
-    """``--packet-bytes``: ``auto``, a size (``1024``, ``1KiB``) or, not given, None (one flit of
-    the topology)."""
-    if text is None:
-        return None
-    if text.strip().lower() == "auto":
-        return "auto"
-    try:
-        value = parse_size(text)
-    except UsageError as err:
-        raise typer.BadParameter(f"invalid packet size {text!r}: expected 'auto' or a size in bytes "
-                                 f"({err})") from None
-    if value <= 0:
-        raise typer.BadParameter(f"invalid packet size {text!r}: must be positive")
-    return value
 
 
 def _plan_warnings(plan: Plan, path: Path, size_bytes: int) -> list[str]:
@@ -225,7 +209,7 @@ def simulate(
     from nuna.topology.spec import load_topology
 
     size_bytes = _size(size)
-    packets = _packet_bytes(packet_bytes)
+    packets = parse_packet_bytes_option(packet_bytes)
     if max_packet_bytes is not None and packets != "auto":
         raise UsageError("--max-packet-bytes caps what --packet-bytes auto picks; give one or the other")
     if nar_granularity is not None and config is None:  # it would be ignored
@@ -247,12 +231,14 @@ def simulate(
 
         with naming_the_plan(plan_file):
             ctx = PassContext(spec, size_bytes)
-            plan = apply_config(plan, config, ctx, parse_granularity(nar_granularity))
+            # an "auto" granularity is the fastest in the replay this command then runs
+            plan = apply_config(plan, config, ctx, parse_granularity(nar_granularity), seed=seed,
+                                packet_bytes=packets, options=options)
     if bounds_only:
         if trace_file is not None:
             raise UsageError("--bounds-only replays nothing, so it has no --trace")
         with naming_the_plan(plan_file):
-            lower, floor = placement_bounds(plan, spec, size_bytes, packet_bytes=packets,  # type: ignore[arg-type]
+            lower, floor = placement_bounds(plan, spec, size_bytes, packet_bytes=packets,
                                             options=options)
         if json_file is not None:
             write_json(json_file, {"plan": plan.name, "topology": spec.name, "size_bytes": size_bytes,
@@ -263,7 +249,7 @@ def simulate(
         _warn(plan, plan_file, size_bytes, config)
         return
     with naming_the_plan(plan_file):
-        res = run(plan, spec, size_bytes, packet_bytes=packets, seed=seed,  # type: ignore[arg-type]
+        res = run(plan, spec, size_bytes, packet_bytes=packets, seed=seed,
                   trace=trace_file is not None, options=options)
     # the files first: the summary goes to a pipe that may close early (| head), and a closed
     # pipe must not cost the user a replay's result

@@ -193,14 +193,16 @@ def gemm_point(point: dict[str, Any]) -> dict[str, Any]:
     plan = generate(point["collective"], int(point["gpus"]), algo=point["algo"],
                     tbs_per_peer=int(point["tbs_per_peer"]))
     granularity = point.get("nar_granularity")
+    options = SimOptions(**point_sim_options(point))
     plan = apply_config(plan, point["config"], PassContext(topology, size_bytes),
-                        None if granularity in (None, "heuristic") else granularity, seed=seed)
+                        None if granularity in (None, "heuristic") else granularity, seed=seed,
+                        packet_bytes=point["packet_bytes"], options=options)
     gemm_bytes = int(point.get("gemm_bytes", 0))
     info: GemmInfo | None = None
     if gemm_bytes:
         plan, info = add_gemm(plan, topology, size_bytes, gemm_bytes)
     result = simulate(plan, topology, size_bytes, packet_bytes=point["packet_bytes"], seed=seed,
-                      options=SimOptions(**point_sim_options(point)))
+                      options=options)
     payload: dict[str, Any] = dict(result.to_json(chip_links=False))  # as sweep points
     payload["timing"] = {"wall_s": payload.pop("wall_s")}
     payload["nar_granularity_used"] = plan.placement.nar_granularity

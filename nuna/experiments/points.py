@@ -13,8 +13,9 @@ Interfaces used:
   point with ``plan`` ``nuna.plan.xml.load(path) -> Plan``
 - ``nuna.topology.spec.load_topology(name_or_path) -> TopologySpec``
 - ``nuna.passes.PassContext(topology, size_bytes)`` and
-  ``nuna.passes.apply_config(plan, config, ctx, nar_granularity, *, seed) -> Plan``
-  (granularity ``None`` = the passes' heuristic, ``"auto"`` = simulated search, or ``G``)
+  ``nuna.passes.apply_config(plan, config, ctx, nar_granularity, *, seed, packet_bytes[, options]) -> Plan``
+  (granularity ``None`` = the passes' heuristic, ``"auto"`` = simulated search with the point's
+  own packet size and options, or ``G``)
 - ``nuna.sim.simulate(plan, topology, size_bytes, *, packet_bytes, seed[, gemm_bytes, options]) -> SimResult``
   with ``SimResult.to_json(*, chip_links=False) -> dict``, and ``nuna.sim.SimOptions(windowed=...,
   max_packet_bytes=...)`` for points that set them (:func:`point_sim_options`; without them, the
@@ -116,13 +117,14 @@ def simulate_point(point: dict[str, Any]) -> dict[str, Any]:
     seed = int(point["seed"])
     topology = load_topology(point["topology"])
     plan = _plan(point)
-    plan = apply_config(plan, point["config"], pass_context(topology, size_bytes), _granularity(point),
-                        seed=seed)
-
     options: dict[str, Any] = {"packet_bytes": point["packet_bytes"], "seed": seed}
     sim_options = point_sim_options(point)
     if sim_options:
         options["options"] = _require("nuna.sim", "SimOptions")(**sim_options)
+    # "auto" NAR granularity replays each candidate as the point itself is replayed
+    plan = apply_config(plan, point["config"], pass_context(topology, size_bytes), _granularity(point),
+                        **options)
+
     gemm_bytes = int(point.get("gemm_bytes", 0))
     if gemm_bytes:
         if "gemm_bytes" not in inspect.signature(simulate).parameters:

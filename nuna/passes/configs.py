@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from nuna.errors import UsageError
 from nuna.passes.access import TbAccess, decompose, remote_stores, workload
@@ -36,6 +36,9 @@ from nuna.passes.ua import UaPass
 from nuna.plan.ir import Placement, Plan
 from nuna.plan.verify import chunk_bytes_for
 from nuna.topology.address import nar_granularities
+
+if TYPE_CHECKING:  # the simulator is only needed for 'auto' (imported there)
+    from nuna.sim.replay import PacketBytes, SimOptions
 
 Granularity = int | Literal["auto"] | None
 
@@ -166,12 +169,14 @@ def _placer(plan: Plan, cfg: Config, ctx: PassContext,
 
 
 def choose_granularity(plan: Plan, name: str, ctx: PassContext, requested: Granularity = None, *,
-                       seed: int = 0) -> GranularityChoice:
+                       seed: int = 0, packet_bytes: PacketBytes | None = None,
+                       options: SimOptions | None = None) -> GranularityChoice:
     """Resolve ``requested`` for configuration ``name``: ``None`` for configurations without NAR;
     an integer is checked; ``None`` runs the size-threshold heuristic
     (:func:`nuna.passes.nar.estimate_granularity`); ``"auto"`` simulates every valid granularity
-    with :func:`nuna.sim.simulate` and keeps the fastest (ties: the coarser). A placement
-    ``plan`` already carries is ignored (:func:`unplaced`)."""
+    with :func:`nuna.sim.simulate` (with ``seed``, ``packet_bytes`` and ``options``: the replay
+    the plan is chosen for) and keeps the fastest (ties: the coarser). A placement ``plan``
+    already carries is ignored (:func:`unplaced`)."""
     cfg = get_config(name)
     plan = unplaced(plan)
     spec = ctx.topology
@@ -206,21 +211,26 @@ def choose_granularity(plan: Plan, name: str, ctx: PassContext, requested: Granu
     times: list[tuple[int, float]] = []
     for g in nar_granularities(spec):
         candidate = _place(plan, cfg, ctx, g, None, False)
-        times.append((g, float(simulate(candidate, spec, ctx.size_bytes, seed=seed).time_ns)))
+        result = simulate(candidate, spec, ctx.size_bytes, seed=seed, packet_bytes=packet_bytes,
+                          options=options)
+        times.append((g, float(result.time_ns)))
     best = min(times, key=lambda t: (t[1], t[0]))[0]
     return GranularityChoice(best, "auto", simulated_ns=tuple(times))
 
 
 def apply_config(plan: Plan, name: str, ctx: PassContext, nar_granularity: Granularity = None, *,
-                 observe: Observer | None = None, seed: int = 0) -> Plan:
+                 observe: Observer | None = None, seed: int = 0, packet_bytes: PacketBytes | None = None,
+                 options: SimOptions | None = None) -> Plan:
     """``plan`` placed and routed as configuration ``name`` for the collective size in ``ctx``.
 
     ``nar_granularity``: ``None`` (the heuristic for ``+NAR`` configurations, nothing otherwise),
-    an integer ``G``, or ``"auto"`` (simulate every candidate; ``seed`` goes to the simulator).
+    an integer ``G``, or ``"auto"`` (simulate every candidate; ``seed``, ``packet_bytes`` and
+    ``options`` go to the simulator, which should be given the same for the placed plan).
     The result records ``config`` and ``size_bytes`` in its placement and verifies. The
     placement ``plan`` carries, if any, is replaced, not built upon (:func:`unplaced`).
     """
-    choice = choose_granularity(plan, name, ctx, nar_granularity, seed=seed)
+    choice = choose_granularity(plan, name, ctx, nar_granularity, seed=seed, packet_bytes=packet_bytes,
+                                options=options)
     return apply_choice(plan, name, ctx, choice, observe=observe)
 
 

@@ -25,7 +25,7 @@ from nuna.plan.generate import generate
 from nuna.plan.ir import Plan
 from nuna.plan.verify import size_fit
 from nuna.sim.layout import memory_layout, threadblock_cus
-from nuna.sim.replay import simulate
+from nuna.sim.replay import PacketBytes, SimOptions, simulate
 from nuna.sim.result import PortWait, SimResult
 from nuna.text import one_line
 from nuna.topology.address import nar_domain_cus
@@ -89,6 +89,9 @@ class Comparison:
     size_bytes: int
     rows: tuple[ConfigRow, ...]
     size_note: str | None = None  # when an executor would not select the plan at this size
+    # the replays' packet size and the models they ran with (SimOptions), as nuna diff took them
+    packet_bytes: int = 0
+    replay: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def placement_floor_ns(self) -> float:
@@ -104,7 +107,8 @@ class Comparison:
 
     def to_json(self) -> dict[str, Any]:
         return {"plan": self.plan, "topology": self.topology, "size_bytes": self.size_bytes,
-                "size_note": self.size_note, "placement_floor_ns": self.placement_floor_ns,
+                "size_note": self.size_note, "packet_bytes": self.packet_bytes, "replay": dict(self.replay),
+                "placement_floor_ns": self.placement_floor_ns,
                 "reference": self.rows[0].config if self.rows else None,
                 "configs": [{**r.to_json(), "headroom_taken": self.headroom_taken(r)} for r in self.rows]}
 
@@ -125,14 +129,15 @@ def _tbs_per_domain(plan: Plan, spec: TopologySpec, cus: np.ndarray, g: int) -> 
 
 
 def compare(plan: Plan, spec: TopologySpec, size_bytes: int, configs: Sequence[str],
-            nar_granularity: Granularity = None, *, seed: int = 0, packet_bytes: int | None = None
-            ) -> Comparison:
+            nar_granularity: Granularity = None, *, seed: int = 0, packet_bytes: PacketBytes | None = None,
+            options: SimOptions | None = None) -> Comparison:
     """Place ``plan`` with each configuration, simulate it and compare (see :class:`ConfigRow`).
 
     ``nar_granularity`` applies to the ``+NAR`` configurations (``None``: each one's heuristic).
     Threadblocks per NAR domain are counted at the configuration's granularity, or at the
     topology's finest for configurations without NAR. ``packet_bytes`` ``None``: one flit of the
-    topology, as :func:`nuna.sim.simulate` takes it.
+    topology, as :func:`nuna.sim.simulate` takes it; ``options`` as there. Both also go to the
+    replays ``nar_granularity="auto"`` picks a granularity with.
     """
     cfgs = [get_config(name) for name in configs]
     if nar_granularity is not None and not any(cfg.nar for cfg in cfgs):
@@ -149,9 +154,10 @@ def compare(plan: Plan, spec: TopologySpec, size_bytes: int, configs: Sequence[s
     ref_pages: np.ndarray | None = None
     ref_time = 0.0
     for cfg in cfgs:
-        choice = choose_granularity(plan, cfg.name, ctx, nar_granularity if cfg.nar else None, seed=seed)
+        choice = choose_granularity(plan, cfg.name, ctx, nar_granularity if cfg.nar else None, seed=seed,
+                                    packet_bytes=packet_bytes, options=options)
         placed = apply_choice(plan, cfg.name, ctx, choice)
-        result = simulate(placed, spec, size_bytes, seed=seed, packet_bytes=packet_bytes)
+        result = simulate(placed, spec, size_bytes, seed=seed, packet_bytes=packet_bytes, options=options)
         cus = threadblock_cus(placed, spec, flat)
         pages = memory_layout(placed, spec, size_bytes, flat, dag.match_send).page_stack
         if ref_cus is None or ref_pages is None:
@@ -181,7 +187,14 @@ def compare(plan: Plan, spec: TopologySpec, size_bytes: int, configs: Sequence[s
             threadblocks_moved=int((cus != ref_cus).sum()), pages_moved=int((pages != ref_pages).sum()),
             result=result,
         ))
-    return Comparison(plan.name, spec.name, size_bytes, tuple(rows), size_fit(plan, size_bytes).note())
+    opts = options or SimOptions()
+    replay = {name: getattr(opts, name) for name in _REPLAY_MODELS}
+    return Comparison(plan.name, spec.name, size_bytes, tuple(rows), size_fit(plan, size_bytes).note(),
+                      rows[0].result.packet_bytes if rows else 0, replay)
+
+
+#: the SimOptions fields a comparison records: which model of the plan its replays ran
+_REPLAY_MODELS = ("reduce_fusion", "executor_slices", "protocol_model")
 
 
 def _mean_wait(result: SimResult, classes: tuple[str, ...]) -> float:
@@ -248,8 +261,13 @@ def _hot_port(hot: PortWait | None) -> str:
 
 def format_comparison(c: Comparison) -> str:
     """The comparison as an aligned text table, configurations as columns."""
-    head = [f"{one_line(c.plan)} on {one_line(c.topology)}, {format_size(c.size_bytes)}; "
-            f"changes relative to {c.rows[0].config}"]
+    models = [text for on, text in ((c.replay.get("reduce_fusion") is False, "each re alone"),
+                                    (c.replay.get("executor_slices") is True, "executor slices"),
+                                    (c.replay.get("protocol_model", "plan") != "plan",
+                                     f"protocol model {c.replay.get('protocol_model')}")) if on]
+    packets = f", packets of {c.packet_bytes} B" if c.packet_bytes else ""
+    head = [f"{one_line(c.plan)} on {one_line(c.topology)}, {format_size(c.size_bytes)}{packets}"
+            + "".join(f", {m}" for m in models) + f"; changes relative to {c.rows[0].config}"]
     table = [["", *[r.config for r in c.rows]]] + [[label, *[_cell(r, key) for r in c.rows]]
                                                   for label, key in _ROWS]
     floor = c.placement_floor_ns

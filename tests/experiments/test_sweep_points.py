@@ -59,19 +59,24 @@ def layers(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any]]:
         return (topology, size_bytes)
 
     def apply_config(plan: _Plan, config: str, ctx: tuple[str, int], nar_granularity: int | str | None, *,
-                     seed: int) -> _Plan:
-        calls.append(("apply_config", (plan.label, config, ctx, nar_granularity, seed)))
+                     seed: int, packet_bytes: int | str, options: Any = None) -> _Plan:
+        # packet_bytes and options: an "auto" granularity is chosen in the point's own replay
+        calls.append(("apply_config", (plan.label, config, ctx, nar_granularity, seed, packet_bytes,
+                                       options)))
         return _Plan("plan+" + config, 6 if config.endswith("+NAR") else None)
 
     def simulate(plan: _Plan, topology: str, size_bytes: int, *, packet_bytes: int | str,
-                 seed: int) -> _Result:
+                 seed: int, options: Any = None) -> _Result:
         calls.append(("simulate", (plan.label, topology, size_bytes, packet_bytes, seed)))
+        calls.append(("simulate options", options))
         return _Result({"time_ns": 1234.5, "wall_s": 0.7})
 
     for name, attrs in {"nuna.plan.generate": {"generate": generate},
                         "nuna.topology.spec": {"load_topology": load_topology},
                         "nuna.passes": {"apply_config": apply_config, "PassContext": pass_context},
-                        "nuna.sim": {"simulate": simulate}}.items():
+                        "nuna.sim": {"simulate": simulate,
+                                     "SimOptions": lambda **kw: ("SimOptions", tuple(sorted(kw.items())))}
+                        }.items():
         module = types.ModuleType(name)
         for key, value in attrs.items():
             setattr(module, key, value)
@@ -94,8 +99,9 @@ def test_wires_generate_config_and_simulate(layers: list[tuple[str, Any]]) -> No
     assert dict(layers) == {
         "load_topology": "nuna-4die",
         "generate": ("allgather", 8, "direct", 3),
-        "apply_config": ("plan", "NAP+NAR", ("topo", 10**6), 4, 5),
+        "apply_config": ("plan", "NAP+NAR", ("topo", 10**6), 4, 5, "auto", None),
         "simulate": ("plan+NAP+NAR", "topo", 10**6, "auto", 5),
+        "simulate options": None,
     }
     assert result == {"time_ns": 1234.5, "timing": {"wall_s": 0.7}, "nar_granularity_used": 6}
 
@@ -166,3 +172,12 @@ def test_windowed_and_packet_cap_reach_the_simulator(function: str) -> None:
     assert "fast_forward" in resolve_point_function(function)(fast)  # on, even where nothing is skipped
     assert point_sim_options(point | {"line_setups": "series"})["line_setups"] == "series"
     assert "line_setups" not in point_sim_options(point)
+
+
+
+def test_an_auto_granularity_is_chosen_in_the_points_own_replay(layers: list[tuple[str, Any]]) -> None:
+    point = POINT | {"nar_granularity": "auto", "protocol_model": "simple", "packet_bytes": 1024}
+    resolve_point_function(DEFAULT_POINT_FUNCTION)(point)
+    options = ("SimOptions", (("protocol_model", "simple"),))
+    assert dict(layers)["apply_config"][3:] == ("auto", 5, 1024, options)
+    assert dict(layers)["simulate options"] == options

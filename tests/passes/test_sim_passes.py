@@ -18,7 +18,7 @@ from nuna.plan.generate import generate
 from nuna.plan.ir import ChunkPlacement, Plan
 from nuna.plan.wire import protocol_wire
 from nuna.plan.xml import dump, load
-from nuna.sim.replay import simulate
+from nuna.sim.replay import SimOptions, simulate
 from nuna.topology.address import cu_nar_domains, nar_domain_ports, nar_domain_stacks, nar_granularities
 from nuna.topology.spec import TopologySpec, load_topology
 from tests.conftest import PLANS_MSCCL, CliResult
@@ -105,6 +105,22 @@ def test_auto_picks_the_fastest_simulated_granularity(spec: TopologySpec) -> Non
     assert simulate(placed, spec, ctx.size_bytes).time_ns == best
 
 
+def test_auto_picks_in_the_replay_it_is_given(spec: TopologySpec) -> None:
+    # an LL plan in 1 KiB packets, replayed as Simple: each candidate is timed as the placed plan
+    # will be replayed, not with the simulator's defaults
+    plan = generate("allgather", 3, tbs_per_peer=2, protocol="LL")
+    ctx = PassContext(spec, plan.nchunksperloop * 4096)
+    opts = SimOptions(protocol_model="simple")
+    choice = choose_granularity(plan, "UA+NAR", ctx, "auto", packet_bytes=1024, options=opts)
+    default = choose_granularity(plan, "UA+NAR", ctx, "auto")
+    for g, t in choice.simulated_ns:
+        placed = apply_config(plan, "UA+NAR", ctx, g)
+        assert t == simulate(placed, spec, ctx.size_bytes, packet_bytes=1024, options=opts).time_ns
+    assert choice.simulated_ns != default.simulated_ns
+    placed = apply_config(plan, "UA+NAR", ctx, "auto", packet_bytes=1024, options=opts)
+    assert placed.placement.nar_granularity == choice.granularity
+
+
 def test_compare_reports_the_simulation(spec: TopologySpec) -> None:
     plan = generate("allgather", 4, tbs_per_peer=1)
     size = plan.nchunksperloop * 4096
@@ -170,9 +186,33 @@ def test_cli_diff(cli: Callable[..., CliResult], tmp_path: Path) -> None:
         assert c["headroom_taken"] == pytest.approx((ua - c["time_ns"]) / (ua - floor))
     nap = doc["configs"][2]["headroom_taken"]
     assert f"NAP+NAR {nap * 100:.0f}%" in r.out
+    assert doc["packet_bytes"] == 256
+    assert doc["replay"] == {"reduce_fusion": True, "executor_slices": False, "protocol_model": "plan"}
     bad = cli("diff", plan_file, "--size", "24KiB", "--configs", "UA,XYZ")
     assert bad.code == 1
     assert "unknown config" in bad.err
+
+
+def test_cli_diff_replays_with_the_options_given(cli: Callable[..., CliResult], tmp_path: Path) -> None:
+    plan = generate("allreduce", 3, protocol="LL")
+    plan_file = tmp_path / "p.xml"
+    plan_file.write_text(dump(plan))
+    out = tmp_path / "d.json"
+    r = cli("diff", plan_file, "--size", "96KiB", "--configs", "UA,NAP+NAR", "--json", out, "--packet-bytes",
+            "1KiB", "--no-reduce-fusion", "--protocol-model", "simple")
+    assert r.code == 0, r.err
+    assert "96KiB, packets of 1024 B, each re alone, protocol model simple;" in r.out
+    doc = json.loads(out.read_text())
+    assert doc["packet_bytes"] == 1024
+    assert doc["replay"] == {"reduce_fusion": False, "executor_slices": False, "protocol_model": "simple"}
+    opts = SimOptions(reduce_fusion=False, protocol_model="simple")
+    for row in doc["configs"]:
+        placed = apply_config(plan, row["config"], PassContext(load_topology("nuna-4die"), 96 * 1024))
+        assert row["time_ns"] == simulate(placed, load_topology("nuna-4die"), 96 * 1024, packet_bytes=1024,
+                                          options=opts).time_ns
+    bad = cli("diff", plan_file, "--size", "96KiB", "--packet-bytes", "0")
+    assert bad.code == 2
+    assert "invalid packet size" in bad.err
 
 
 def test_cli_demo(cli: Callable[..., CliResult], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
