@@ -411,12 +411,15 @@ def _step_floor_ns(spec: TopologySpec, net: PodNet, short: _Shortest, dag: Repla
     remote = np.bincount(node_of[cls[:, 3] >= 0], minlength=nn) > 0
     alu = np.isin(code, (eng.T_RRC, eng.T_RRS, eng.T_RRCS, eng.T_RE)) & (njobs > 0)
     alu_ns = float(net.edge_lat[net.alu])
-    first_line_ns = ((n_loads > 0) * short.load_ns + alu * alu_ns
-                     + np.maximum(local * short.local_store_ns, remote * short.remote_store_ns))
+
+    def line_ns(remote_stores: npt.NDArray[np.bool_]) -> npt.NDArray[np.float64]:
+        return ((n_loads > 0) * short.load_ns + alu * alu_ns
+                + np.maximum(local * short.local_store_ns, remote_stores * short.remote_store_ns))
+
+    first_line_ns = line_ns(remote)
     # what the step waits for itself: its remote stores too unless sends are unfenced
     waited = remote if fenced else np.zeros(nn, dtype=bool)
-    own_line_ns = ((n_loads > 0) * short.load_ns + alu * alu_ns
-                   + np.maximum(local * short.local_store_ns, waited * short.remote_store_ns))
+    own_line_ns = line_ns(waited)
     nbytes = n_bytes.astype(np.float64)
     first = np.minimum(nbytes, line)
     stream_ns = np.maximum.reduce([

@@ -333,7 +333,7 @@ def protocol_note(plan: Plan, result: SimResult) -> str | None:
     leaves out, or ``None`` (docs/simulator.md §3, "Protocols")."""
     if result.protocol is None or result.protocol["model"] != "simple":
         return None
-    proto = plan.protocol.value
-    ratio = protocol_wire(plan.protocol).num / protocol_wire(plan.protocol).den
-    return (f"replayed as Simple: this {proto} plan's {ratio:.3g}x bytes on the wire and its sends "
-            "that do not wait for their stores are left out (--protocol-model plan models them)")
+    wire = protocol_wire(plan.protocol)
+    return (f"replayed as Simple: this {plan.protocol.value} plan's {wire.num / wire.den:.3g}x bytes on the "
+            "wire and its sends that do not wait for their stores are left out (--protocol-model plan "
+            "models them)")
