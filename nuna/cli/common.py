@@ -104,6 +104,15 @@ def parse_size_option(text: str) -> int:
         raise typer.BadParameter(str(err)) from None
 
 
+REDUCE_FUSION_HELP = ("Replay each chain of re steps the MSCCL executors fuse as one pass (loads every "
+                      "source and the destination once, stores once), or every re on its own "
+                      "(nuna <= 0.9.0).")
+EXECUTOR_SLICES_HELP = ("Run each threadblock's steps once per slice of the plan's protocol (Simple 2 MiB, "
+                        "LL 32 KiB, LL128 576,000 B per chunk) and steps of many chunks as several calls, "
+                        "as the MSCCL executors do. Default: every step once on its whole chunks (the "
+                        "paper's model).")
+
+
 def parse_packet_bytes_option(text: str | None) -> int | Literal["auto"] | None:
     """``--packet-bytes``: ``auto``, a size (``1024``, ``1KiB``) or, not given, None (one flit of
     the topology)."""

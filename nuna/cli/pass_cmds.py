@@ -13,7 +13,9 @@ from pathlib import Path
 import typer
 
 from nuna.cli.common import (
+    EXECUTOR_SLICES_HELP,
     PROTOCOL_MODEL_HELP,
+    REDUCE_FUSION_HELP,
     ProtocolModel,
     check_outputs,
     naming_the_plan,
@@ -102,9 +104,8 @@ def register(app: typer.Typer) -> None:
             None, "--packet-bytes", help="Packet size of every replay (and of -g auto's): a multiple of "
             "the flit, or auto. Default: one flit of the topology.", show_default=False),
         reduce_fusion: bool = typer.Option(True, "--reduce-fusion/--no-reduce-fusion",
-                                           help="Replay chains of re steps as the executors' fused passes."),
-        executor_slices: bool = typer.Option(False, "--executor-slices", help="Run steps slice by slice "
-                                             "and in primitive calls, as the MSCCL executors do."),
+                                           help=REDUCE_FUSION_HELP),
+        executor_slices: bool = typer.Option(False, "--executor-slices", help=EXECUTOR_SLICES_HELP),
         protocol_model: ProtocolModel = typer.Option(ProtocolModel.PLAN, "--protocol-model",
                                                      help=PROTOCOL_MODEL_HELP),
     ) -> None:

@@ -16,8 +16,10 @@ import numpy as np
 import typer
 
 from nuna.cli.common import (
+    EXECUTOR_SLICES_HELP,
     LINE_SETUPS_HELP,
     PROTOCOL_MODEL_HELP,
+    REDUCE_FUSION_HELP,
     LineSetups,
     ProtocolModel,
     check_outputs,
@@ -183,15 +185,8 @@ def simulate(
     threads: int | None = typer.Option(None, "--threads", min=1, help="Threads a windowed replay runs its "
                                        "GPUs on (the result does not depend on it). Default: every core.",
                                        show_default=False),
-    reduce_fusion: bool = typer.Option(True, "--reduce-fusion/--no-reduce-fusion", help="Replay each chain "
-                                       "of re steps the MSCCL executors fuse as one pass (loads every source "
-                                       "and the destination once, stores once), or every re on its own "
-                                       "(nuna <= 0.9.0)."),
-    executor_slices: bool = typer.Option(False, "--executor-slices", help="Run each threadblock's steps "
-                                         "once per slice of the plan's protocol (Simple 2 MiB, LL 32 KiB, "
-                                         "LL128 576,000 B per chunk) and steps of many chunks as several "
-                                         "calls, as the MSCCL executors do. Default: every step once on "
-                                         "its whole chunks (the paper's model)."),
+    reduce_fusion: bool = typer.Option(True, "--reduce-fusion/--no-reduce-fusion", help=REDUCE_FUSION_HELP),
+    executor_slices: bool = typer.Option(False, "--executor-slices", help=EXECUTOR_SLICES_HELP),
     protocol_model: ProtocolModel = typer.Option(ProtocolModel.PLAN, "--protocol-model",
                                                  help=PROTOCOL_MODEL_HELP),
     bounds_only: bool = typer.Option(False, "--bounds-only", help="Only the lower bound and the placement "

@@ -123,7 +123,7 @@ def simulate_point(point: dict[str, Any]) -> dict[str, Any]:
         options["options"] = _require("nuna.sim", "SimOptions")(**sim_options)
     # "auto" NAR granularity replays each candidate as the point itself is replayed
     plan = apply_config(plan, point["config"], pass_context(topology, size_bytes), _granularity(point),
-                        **options)
+                        seed=seed, packet_bytes=point["packet_bytes"], options=options.get("options"))
 
     gemm_bytes = int(point.get("gemm_bytes", 0))
     if gemm_bytes:

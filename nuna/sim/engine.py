@@ -1971,14 +1971,14 @@ def _job_start(net: Any, st: Any, R: Any, js: int, now: float) -> None:
     if loads == 0:
         _job_loaded(net, st, R, js, now, now)
         return
+    payload = R.j_bytes[j]
+    # a receive-type step's load 0 reads what a remote store wrote, flags included
+    received = _wire_bytes(R, payload) if R.n_type[n] in (T_RCS, T_RRC, T_RRS, T_RRCS) else payload
     for k in range(ncol):
         s = R.j_cls[j, k]
         if (k < 2 or k >= 5) and s >= 0:
             p = _new_packet(st, R, js, K_LOAD)
-            size = R.j_bytes[j]
-            if k == 0 and R.par_i[P_WIRE_NUM] != R.par_i[P_WIRE_DEN] and R.n_type[n] in (T_RCS, T_RRC, T_RRS,
-                                                                                            T_RRCS):
-                size = _wire_bytes(R, size)  # load 0 reads what a remote store wrote, as sent
+            size = received if k == 0 else payload
             # one request per line: a packet of m lines asks with m requests' bytes
             lines = (size + R.par_i[P_LINE] - 1) // R.par_i[P_LINE]
             init_packet(net, st, p, R.par_i[P_SEG_REQ] + cu * stacks + s, base, R.par_i[P_REQ] * lines,
