@@ -94,6 +94,11 @@ PROTOCOL_MODEL_HELP = ("How an LL or LL128 plan's protocol is replayed: plan (it
                        "the default) or simple (as Simple: payload only, sends wait; nuna <= 0.11.0). "
                        "Simple plans: no change.")
 
+FLOW_CONTROL_HELP = ("The executors' flow control: a send waits until its receiver has finished the "
+                     "receive 2 (Simple) or 8 (LL, LL128) sends earlier on its connection and the credit "
+                     "is back (the default). --no-flow-control: senders never wait for receivers "
+                     "(nuna <= 0.12.0). docs/simulator.md section 3.")
+
 
 def parse_size_option(text: str) -> int:
     """``--size`` values (``100kB``, ``1MiB``, ``4096``): a bad value is a usage error (exit 2),

@@ -14,6 +14,7 @@ import typer
 
 from nuna.cli.common import (
     EXECUTOR_SLICES_HELP,
+    FLOW_CONTROL_HELP,
     PROTOCOL_MODEL_HELP,
     REDUCE_FUSION_HELP,
     ProtocolModel,
@@ -108,6 +109,7 @@ def register(app: typer.Typer) -> None:
         executor_slices: bool = typer.Option(False, "--executor-slices", help=EXECUTOR_SLICES_HELP),
         protocol_model: ProtocolModel = typer.Option(ProtocolModel.PLAN, "--protocol-model",
                                                      help=PROTOCOL_MODEL_HELP),
+        flow_control: bool = typer.Option(True, "--flow-control/--no-flow-control", help=FLOW_CONTROL_HELP),
     ) -> None:
         """Simulate a plan under several configurations and show them side by side (each replay, and
         -g auto's, with the replay options given here; nuna simulate describes them)."""
@@ -122,7 +124,7 @@ def register(app: typer.Typer) -> None:
         assert size_bytes is not None
         packets = parse_packet_bytes_option(packet_bytes)
         options = SimOptions(reduce_fusion=reduce_fusion, executor_slices=executor_slices,
-                             protocol_model=protocol_model.value)
+                             protocol_model=protocol_model.value, flow_control=flow_control)
         with naming_the_plan(plan_path):
             comparison = compare(plan, spec, size_bytes, names, parse_granularity(nar_granularity), seed=seed,
                                  packet_bytes=packets, options=options)

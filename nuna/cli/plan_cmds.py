@@ -18,6 +18,7 @@ from nuna.cli.common import check_outputs, echo_json, parse_size_option
 from nuna.errors import NunaError
 from nuna.fsutil import write_atomic
 from nuna.plan.dag import build_dag, find_cycle, to_networkx
+from nuna.plan.flow import flow_control_depth, with_flow_control
 from nuna.plan.ir import Plan, Protocol
 from nuna.plan.verify import Report, defaulted_warnings, gpu_count_mismatch, summarize, verify
 from nuna.plan.wire import protocol_wire
@@ -121,6 +122,7 @@ def info(
         f"steps: {s.total_steps} (" + ", ".join(f"{t} {n}" for t, n in s.steps_by_type) + ")",
         *([f"fused re passes: {s.fused_re[1]} ({s.fused_re[0]} re steps; the executors fuse them, and so "
            "does the replay)"] if s.fused_re[1] else []),
+        *([_flow_text(*s.flow_control)] if s.flow_control is not None and s.flow_control[1] else []),
         "chunks per GPU (input/output/scratch): " + _chunk_text(s.chunks_per_gpu),
         f"placement: {s.placement}",
     ]
@@ -149,6 +151,12 @@ def _wire_text(protocol: Protocol) -> str:
     w = protocol_wire(protocol)
     return (f"on the wire: {w.num / w.den:.3g}x the payload (flags in every line), sends do not wait for "
             "their stores (nuna simulate models both; --protocol-model simple replays it as Simple)")
+
+
+def _flow_text(depth: int, waiting: int, sends: int) -> str:
+    """How many sends the executors' flow control holds back (``nuna.plan.flow``)."""
+    return (f"flow control: {waiting} of {sends} sends wait for a credit from the receive {depth} sends "
+            f"earlier on their connection (nuna simulate models it; --no-flow-control replays without)")
 
 
 def _structure_warnings(plan: Plan) -> list[str]:
@@ -189,6 +197,11 @@ def dag(
     if cycle is not None:
         typer.echo(f"warning: the graph has a cycle through {len(cycle)} steps (the plan deadlocks); "
                    "see 'nuna validate'")
+        return
+    cycle = find_cycle(with_flow_control(replay, flow_control_depth(plan.protocol)))
+    if cycle is not None:
+        typer.echo(f"warning: with the executors' flow control the plan deadlocks through {len(cycle)} "
+                   "steps; see 'nuna validate'")
 
 
 def register(app: typer.Typer) -> None:

@@ -17,6 +17,7 @@ import typer
 
 from nuna.cli.common import (
     EXECUTOR_SLICES_HELP,
+    FLOW_CONTROL_HELP,
     LINE_SETUPS_HELP,
     PROTOCOL_MODEL_HELP,
     REDUCE_FUSION_HELP,
@@ -189,6 +190,7 @@ def simulate(
     executor_slices: bool = typer.Option(False, "--executor-slices", help=EXECUTOR_SLICES_HELP),
     protocol_model: ProtocolModel = typer.Option(ProtocolModel.PLAN, "--protocol-model",
                                                  help=PROTOCOL_MODEL_HELP),
+    flow_control: bool = typer.Option(True, "--flow-control/--no-flow-control", help=FLOW_CONTROL_HELP),
     bounds_only: bool = typer.Option(False, "--bounds-only", help="Only the lower bound and the placement "
                                      "floor (what no placement or routing beats), without the replay: "
                                      "seconds where a large replay takes minutes."),
@@ -212,7 +214,7 @@ def simulate(
     check_outputs(json_file, trace_file, inputs=(plan_file, topology))
     options = SimOptions(windowed=windowed, fast_forward=FastForward() if fast_forward else None,
                          threads=threads, reduce_fusion=reduce_fusion, executor_slices=executor_slices,
-                         protocol_model=protocol_model.value)
+                         protocol_model=protocol_model.value, flow_control=flow_control)
     if line_setups is not None:
         options = dataclasses.replace(options, line_setups=line_setups.value)
     if max_packet_bytes is not None:

@@ -58,7 +58,8 @@ def _granularity(point: dict[str, Any]) -> int | str | None:
 def point_sim_options(point: dict[str, Any]) -> dict[str, Any]:
     """The ``nuna.sim.SimOptions`` fields a point sets (``windowed``, ``max_packet_bytes``,
     ``fast_forward`` with its default parameters, ``line_setups``, ``reduce_fusion`` when
-    ``False``, ``executor_slices`` when ``True``, ``protocol_model`` when not ``"plan"``); the
+    ``False``, ``executor_slices`` when ``True``, ``protocol_model`` when not ``"plan"``,
+    ``flow_control`` when ``False``); the
     simulator's defaults for the rest."""
     options = {key: point[key] for key in ("windowed", "max_packet_bytes", "line_setups")
                if point.get(key) is not None}
@@ -70,6 +71,8 @@ def point_sim_options(point: dict[str, Any]) -> dict[str, Any]:
         options["executor_slices"] = True
     if point.get("protocol_model", "plan") != "plan":
         options["protocol_model"] = point["protocol_model"]
+    if point.get("flow_control") is False:
+        options["flow_control"] = False
     return options
 
 

@@ -170,7 +170,7 @@ _SECTIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     ),
     "fixed": (frozenset(), frozenset({"algo", "packet_bytes", "max_packet_bytes", "seed", "windowed",
                                       "fast_forward", "line_setups", "reduce_fusion",
-                                      "executor_slices", "protocol_model"})),
+                                      "executor_slices", "protocol_model", "flow_control"})),
 }
 
 #: grid axes: spec-file key -> SweepSpec field, in expansion order (outermost first)
@@ -233,7 +233,9 @@ class Point:
     (``nuna.sim.SimOptions.executor_slices``): another model of a step, so a point of its own.
     ``protocol_model`` ``"simple"`` replays LL and LL128 plans as Simple, without their wire
     bytes and unfenced sends (``nuna.sim.SimOptions.protocol_model``, as nuna <= 0.11.0 did):
-    another model of a protocol, so a point of its own.
+    another model of a protocol, so a point of its own. ``flow_control`` ``False`` lets senders
+    run ahead of their receivers without limit (``nuna.sim.SimOptions.flow_control``, as nuna
+    <= 0.12.0 did): another model of a connection, so a point of its own.
 
     :attr:`plan` is ``None``: the point's plan is generated. A point of a plan file is a
     :class:`PlanPoint`.
@@ -257,6 +259,7 @@ class Point:
     reduce_fusion: bool = True
     executor_slices: bool = False
     protocol_model: str = "plan"
+    flow_control: bool = True
 
     @property
     def plan(self) -> str | None:
@@ -266,8 +269,8 @@ class Point:
 
     def as_dict(self) -> dict[str, Any]:
         # "windowed", "max_packet_bytes", "fast_forward", "line_setups", "reduce_fusion",
-        # "executor_slices", "protocol_model" and "plan" only when set, so that points without
-        # them keep their ids
+        # "executor_slices", "protocol_model", "flow_control" and "plan" only when set, so that
+        # points without them keep their ids
         return {**({"windowed": self.windowed} if self.windowed is not None else {}),
             **({"plan": self.plan} if self.plan is not None else {}),
             **({"max_packet_bytes": self.max_packet_bytes} if self.max_packet_bytes is not None else {}),
@@ -276,6 +279,7 @@ class Point:
             **({"reduce_fusion": False} if not self.reduce_fusion else {}),
             **({"executor_slices": True} if self.executor_slices else {}),
             **({"protocol_model": self.protocol_model} if self.protocol_model != "plan" else {}),
+            **({"flow_control": False} if not self.flow_control else {}),
             "algo": self.algo,
             "collective": self.collective,
             "config": self.config,
@@ -322,6 +326,8 @@ class Point:
             parts.append("slices")
         if self.protocol_model != "plan":
             parts.append(f"protocol-{self.protocol_model}")
+        if not self.flow_control:
+            parts.append("no-flow-control")
         return " ".join(parts)
 
 
@@ -399,6 +405,7 @@ class SweepSpec:
     reduce_fusion: bool = True
     executor_slices: bool = False
     protocol_model: str = "plan"
+    flow_control: bool = True
     also: tuple[GridPatch, ...] = ()
     source: str = field(default="<spec>", compare=False)
 
@@ -559,6 +566,7 @@ def _expand_one(spec: SweepSpec) -> list[Point]:
             "reduce_fusion": spec.reduce_fusion,
             "executor_slices": spec.executor_slices,
             "protocol_model": spec.protocol_model,
+            "flow_control": spec.flow_control,
         }
         point = Point(**inputs) if plan is None else PlanPoint(**inputs, plan=plan)
         points.append(point)
@@ -640,6 +648,7 @@ def parse_sweep_spec(
         executor_slices=_flag(fixed.get("executor_slices", False), source, "[fixed] executor_slices"),
         protocol_model=_choice(fixed.get("protocol_model", "plan"), PROTOCOL_MODELS, source,
                                "[fixed] protocol_model"),
+        flow_control=_flag(fixed.get("flow_control", True), source, "[fixed] flow_control"),
         also=_grid_patches(grid.get("also", []), convert, source, has_plans),
         source=source,
     )
@@ -995,9 +1004,9 @@ def packet_cap_spec(spec: SweepSpec, max_packet_bytes: int) -> SweepSpec:
 
 def _fixed(spec: SweepSpec) -> dict[str, Any]:
     """The ``[fixed]`` table of ``spec`` (``windowed``, ``max_packet_bytes``, ``fast_forward``,
-    ``line_setups``, ``reduce_fusion``, ``executor_slices`` and ``protocol_model`` only when set
-    (``reduce_fusion`` when ``False``, ``executor_slices`` when ``True``, ``protocol_model`` when
-    not ``"plan"``): older
+    ``line_setups``, ``reduce_fusion``, ``executor_slices``, ``protocol_model`` and
+    ``flow_control`` only when set (``reduce_fusion`` and ``flow_control`` when ``False``,
+    ``executor_slices`` when ``True``, ``protocol_model`` when not ``"plan"``): older
     indexes stay equal; no ``algo`` with plan files, which no generator made)."""
     fixed: dict[str, Any] = {"packet_bytes": spec.packet_bytes, "seed": spec.seed}
     if not spec.plans:
@@ -1016,6 +1025,8 @@ def _fixed(spec: SweepSpec) -> dict[str, Any]:
         fixed["executor_slices"] = True
     if spec.protocol_model != "plan":
         fixed["protocol_model"] = spec.protocol_model
+    if not spec.flow_control:
+        fixed["flow_control"] = False
     return fixed
 
 

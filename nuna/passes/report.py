@@ -194,7 +194,7 @@ def compare(plan: Plan, spec: TopologySpec, size_bytes: int, configs: Sequence[s
 
 
 #: the SimOptions fields a comparison records: which model of the plan its replays ran
-_REPLAY_MODELS = ("reduce_fusion", "executor_slices", "protocol_model")
+_REPLAY_MODELS = ("reduce_fusion", "executor_slices", "protocol_model", "flow_control")
 
 
 def _mean_wait(result: SimResult, classes: tuple[str, ...]) -> float:
@@ -264,7 +264,8 @@ def format_comparison(c: Comparison) -> str:
     models = [text for on, text in ((c.replay.get("reduce_fusion") is False, "each re alone"),
                                     (c.replay.get("executor_slices") is True, "executor slices"),
                                     (c.replay.get("protocol_model", "plan") != "plan",
-                                     f"protocol model {c.replay.get('protocol_model')}")) if on]
+                                     f"protocol model {c.replay.get('protocol_model')}"),
+                                    (c.replay.get("flow_control") is False, "no flow control")) if on]
     packets = f", packets of {c.packet_bytes} B" if c.packet_bytes else ""
     head = [f"{one_line(c.plan)} on {one_line(c.topology)}, {format_size(c.size_bytes)}{packets}"
             + "".join(f", {m}" for m in models) + f"; changes relative to {c.rows[0].config}"]

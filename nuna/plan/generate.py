@@ -42,12 +42,15 @@ peer-major: peers in increasing rank order, then ``k``.
 * reducescatter: ``s``, ``ngpus-2`` × ``rrs``, final ``rrc`` into the own slice.
 * allreduce: reduce-scatter ``s``, ``rrs``…, ``rrcs`` (own slice reduced and forwarded), then
   all-gather ``rcs``…, ``r``: ``2·ngpus-1`` steps.
-* alltoall: store-and-forward along the ring. A GPU first sends its own blocks for
-  ``g+1 … g+ngpus-1``; then it receives, from ``g-1``, blocks of origins ``g-1, g-2, …`` in the
-  order they were sent: the first block of each origin is its own (``r`` into the output), the
-  rest it relays (``rcs`` through a per-ring scratch sub-slice, reused: the writes are in one
-  threadblock and so ordered). ``ngpus·(ngpus-1)/2`` relay hops per sub-slice; it exists for
-  comparison, not speed.
+* alltoall: store-and-forward along the ring. A GPU sends its own blocks farthest first, the
+  first before it receives anything; after that each step receives a block from ``g-1``
+  and sends one: the received block forwarded (``rcs`` through a per-ring scratch sub-slice,
+  reused: the writes are in one threadblock and so ordered), or, when the block was for it
+  (``r`` into the output), its next own block. So no GPU runs more than one send ahead of its
+  receives, which the executors' flow control requires of a ring that forwards
+  (``nuna.plan.flow``, :data:`_RING_ALLTOALL_AHEAD`; before nuna 0.13.0 a GPU sent all its
+  blocks first, which deadlocks there from 4 GPUs on).
+  ``ngpus·(ngpus-1)/2`` hops per sub-slice; it exists for comparison, not speed.
 """
 
 from __future__ import annotations
@@ -190,7 +193,8 @@ def check_plan_size(coll: Collective, algo: str, n: int, parallel: int, C: int) 
         per_tb = 4 if coll is Collective.ALLREDUCE else 2
         steps = n * (n - 1) * parallel * per_tb + n * parallel * 2 * n
     else:
-        per_tb = n + n * (n - 1) // 2 if coll is Collective.ALLTOALL else 2 * n
+        # alltoall: n-1 sends, n(n-1)/2 receives, and n-1 copies (in place) or 1
+        per_tb = 2 * n + n * (n - 1) // 2 if coll is Collective.ALLTOALL else 2 * n
         steps = n * parallel * per_tb
     if steps > MAX_STEPS:
         raise UsageError(f"the requested {algo} {coll.value} plan would have about {steps:,} steps, "
@@ -422,8 +426,7 @@ def _ring_gpu(spec: _Spec, g: int, make: _StepCache) -> Gpu:
             protos = _ring_gather(spec, g, lo)
         elif coll is Collective.ALLTOALL:
             protos = _ring_alltoall(spec, g, lo)
-            if n > 2:
-                scratch = C
+            scratch = _ring_alltoall_scratch(spec)
         else:
             protos = _ring_reduce(spec, g, lo)
         if not spec.inplace and coll in (Collective.ALLGATHER, Collective.ALLTOALL):
@@ -471,22 +474,85 @@ def _ring_reduce(spec: _Spec, g: int, lo: int) -> list[_Proto]:
     return protos
 
 
+#: sends a ring alltoall's threadblock runs ahead of its receives. The executors' flow control
+#: (nuna.plan.flow) lets a Simple sender run two sends ahead of its receiver, but a forward
+#: (``rcs``) needs both a received step and a free one on the next connection: with two sends
+#: ahead on every GPU, every connection round the ring is full and every forward waits for the
+#: next GPU's (a cycle ``nuna validate`` finds). One ahead keeps one block on each connection.
+_RING_ALLTOALL_AHEAD = 1
+
+
 def _ring_alltoall(spec: _Spec, g: int, lo: int) -> list[_Proto]:
     """Store-and-forward alltoall (see the module docstring for the order)."""
     n, m, C = spec.n, spec.m, spec.C
     src_at, dst_at = _locations(spec)
     relay = (_S, lo)
     protos: list[_Proto] = []
-    for h in range(1, n):
-        dest = (g + h) % n
-        lands = dst_at((g + 1) % n, g * C + lo) if h == 1 else relay
-        protos.append((_SEND, src_at(g, dest * C + lo), lands, m, None, False))
-    for t in range(1, n):
-        origin = (g - t) % n
-        came_from = src_at(origin, g * C + lo) if t == 1 else relay
-        protos.append((_RECV, came_from, dst_at(g, origin * C + lo), m, None, False))
-        for h in range(1, n - t):
-            dest = (g + h) % n
-            came_from = src_at(origin, dest * C + lo) if t == 1 else relay
+
+    staged = _ring_alltoall_staged(spec)
+
+    def outgoing(r: int, dest: int) -> tuple[Buffer, int]:
+        # in place, a block received for me lands where my block for its origin is: my
+        # blocks go out from a copy in scratch (_ring_alltoall_scratch), made first
+        return (_S, C + dest * C + lo) if staged else src_at(r, dest * C + lo)
+
+    if staged:
+        protos.extend((_CPY, src_at(g, ((g + h) % n) * C + lo), outgoing(g, (g + h) % n), m, None, False)
+                      for h in range(1, n))
+    for a, h in _ring_alltoall_order(n):
+        origin, dest = (g - a) % n, (g + h) % n
+        if a == 0:  # one of my own blocks, to dest
+            lands = dst_at((g + 1) % n, g * C + lo) if h == 1 else relay
+            protos.append((_SEND, outgoing(g, dest), lands, m, None, False))
+            continue
+        came_from = outgoing(origin, dest) if a == 1 else relay
+        if h == 0:  # origin's block for me
+            protos.append((_RECV, came_from, dst_at(g, origin * C + lo), m, None, False))
+        else:
             protos.append((_RCS, came_from, relay, m, None, False))
     return protos
+
+
+def _ring_alltoall_staged(spec: _Spec) -> bool:
+    """Whether a ring alltoall's GPUs send their blocks from a copy: in place from 3 GPUs, where
+    a block for a GPU can arrive before the GPU has sent its own block for that origin (with 2
+    GPUs each sends before it receives)."""
+    return spec.inplace and spec.n > 2
+
+
+def _ring_alltoall_scratch(spec: _Spec) -> int:
+    """Scratch chunks of a ring alltoall GPU: each ring's relay sub-slice (``C`` in all, from 3
+    GPUs), and when staged (:func:`_ring_alltoall_staged`) a copy of the GPU's outgoing blocks
+    after them (``n * C`` more, indexed like the buffer, its own slice unused)."""
+    if spec.n == 2:
+        return 0
+    return spec.C + (spec.n * spec.C if _ring_alltoall_staged(spec) else 0)
+
+
+def _ring_alltoall_order(n: int) -> list[tuple[int, int]]:
+    """Every GPU's steps of a ring alltoall, as (hops the block has come, hops it has to go):
+    (0, h) sends my block for g+h, (a, 0) receives the block of g-a for me, (a, h) receives a
+    block and forwards it (``rcs``). Every GPU runs the same order, so what arrives is what its
+    predecessor sent: block (a, h) sent arrives as (a+1, h-1). A GPU sends its farthest blocks
+    first, :data:`_RING_ALLTOALL_AHEAD` of them before it receives, then after each receive sends
+    one block (the one it forwards, else its next own), so that it never runs more sends ahead of
+    its receives than the executors' flow control lets a forwarding ring run."""
+    own = [(0, h) for h in range(n - 1, 0, -1)]
+    sent = own[:_RING_ALLTOALL_AHEAD]
+    del own[:_RING_ALLTOALL_AHEAD]
+    order = list(sent)
+    k = 0
+    while k < len(sent):
+        a, h = sent[k]
+        got = (a + 1, h - 1)
+        k += 1
+        if got[1] > 0:
+            order.append(got)  # received and forwarded in one step
+            sent.append(got)
+            continue
+        order.append(got)
+        if own:
+            nxt = own.pop(0)
+            order.append(nxt)
+            sent.append(nxt)
+    return order

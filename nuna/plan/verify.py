@@ -46,6 +46,7 @@ from nuna.plan.dag import (
     find_cycle,
     flatten,
 )
+from nuna.plan.flow import credit_sources, flow_control_depth, with_flow_control
 from nuna.plan.fusion import MAX_REDUCE_FUSION, ReduceFusion, reduce_fusion
 from nuna.plan.ir import Buffer, Collective, Plan, StepType
 from nuna.plan.slices import Slicing, executor_slicing
@@ -225,6 +226,13 @@ def verify(plan: Plan, *, strict: bool = False, source: SourceMap | None = None,
     cycle = find_cycle(dag)
     if cycle is not None:
         f.error(_cycle_message(flat, dag, cycle, f))
+        return f.report(strict)
+    # the executors' connections hold a few sends' data: a sender waits for its receiver's
+    # credit, which acyclic dependencies alone do not guarantee (nuna.plan.flow)
+    depth = flow_control_depth(plan.protocol)
+    cycle = find_cycle(with_flow_control(dag, depth))
+    if cycle is not None:
+        f.error(_cycle_message(flat, dag, cycle, f, flow_depth=depth))
         return f.report(strict)
     if semantics:
         _run_semantics(plan, dag, f)
@@ -630,7 +638,10 @@ def _check_placement(plan: Plan, f: _Findings) -> None:
                "use canonical_placement)")
 
 
-def _cycle_message(flat: FlatPlan, dag: ReplayDag, cycle: list[int], f: _Findings) -> str:
+def _cycle_message(flat: FlatPlan, dag: ReplayDag, cycle: list[int], f: _Findings,
+                   flow_depth: int | None = None) -> str:
+    """The deadlock message for ``cycle``; ``flow_depth``: the cycle closes only through the
+    executors' flow control, which lets a sender run that many sends ahead of its receiver."""
     plan = f.plan
 
     def name(n: int) -> str:
@@ -644,7 +655,10 @@ def _cycle_message(flat: FlatPlan, dag: ReplayDag, cycle: list[int], f: _Finding
     shown = names if len(names) <= limit else [*names[: limit // 2], "...", *names[-limit // 2:]]
     kind = "cross-GPU deadlock" if len({int(dag.node_gpu[n]) for n in cycle}) > 1 else "dependency cycle"
     prefix = f.source.at_step(*flat.step_pos(cycle[0])) if f.source is not None else ""
-    return f"{prefix}deadlock: {kind} of {len(cycle)} steps: " + " -> ".join([*shown, names[0]])
+    why = "" if flow_depth is None else (
+        f" through the executors' flow control (a sender runs at most {flow_depth} sends ahead of "
+        f"its receiver on a connection; 'nuna simulate --no-flow-control' replays without it)")
+    return f"{prefix}deadlock: {kind} of {len(cycle)} steps{why}: " + " -> ".join([*shown, names[0]])
 
 
 def _run_semantics(plan: Plan, dag: ReplayDag, f: _Findings) -> None:
@@ -704,6 +718,9 @@ class PlanSummary:
     fused_re: tuple[int, int] = (0, 0)
     # with a size: how the executors slice the chunks and split steps (nuna.plan.slices)
     slicing: Slicing | None = None
+    # the executors' flow control (nuna.plan.flow): (sends a sender may run ahead, send-type
+    # steps that wait for a receive's credit, send-type steps); None without a replay DAG
+    flow_control: tuple[int, int, int] | None = None
 
     @property
     def chunk_bytes(self) -> int | None:
@@ -736,6 +753,9 @@ class PlanSummary:
         out["fused_re"] = {"steps": self.fused_re[0], "passes": self.fused_re[1]}
         if self.slicing is not None:
             out["executor_slices"] = self.slicing.to_json()
+        if self.flow_control is not None:
+            depth, waiting, sends = self.flow_control
+            out["flow_control"] = {"depth": depth, "waiting_sends": waiting, "sends": sends}
         return out
 
 
@@ -848,6 +868,12 @@ def summarize(plan: Plan, size_bytes: int | None = None) -> PlanSummary:
         with contextlib.suppress(PlanError):  # an integer past 64 bits: nothing to fuse is said
             fusion = reduce_fusion(flatten(plan))
             fused_re = (fusion.fused + fusion.passes, fusion.passes)
+    flow = None
+    with contextlib.suppress(PlanError):
+        dag = analyze(plan, limit=1).dag
+        if dag is not None:
+            depth = flow_control_depth(plan.protocol)
+            flow = (depth, int((credit_sources(dag, depth) >= 0).sum()), int((dag.match_recv >= 0).sum()))
     return PlanSummary(
         name=plan.name, collective=plan.coll_xml, protocol=plan.protocol.value, ngpus=plan.ngpus,
         nchannels=plan.nchannels, nchunksperloop=plan.nchunksperloop, inplace=plan.inplace,
@@ -863,6 +889,7 @@ def summarize(plan: Plan, size_bytes: int | None = None) -> PlanSummary:
         fit=fit,
         fused_re=fused_re,
         slicing=None if chunk is None else executor_slicing(plan, chunk),
+        flow_control=flow,
     )
 
 

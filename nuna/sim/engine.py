@@ -79,7 +79,9 @@ EV_WAKE = 1  # edge ``id`` re-runs its arbitration (became idle, credits or an i
 EV_DELIVER = 2  # the tail of packet ``id`` has reached the end of its path
 EV_HEAD = 3  # packet ``id`` finished the route/VC set-up after reaching its VC's head
 EV_ROOM = 4  # source queue ``id`` dropped below its notification threshold (for the drivers)
-EV_RESPONSE_HEAD = 5  # replay: the write response for the head of job slot ``id``'s last store is back
+EV_RESPONSE_HEAD = 5  # replay: the write response for the head of job slot ``id``'s last store is back;
+# an ``id`` past the job slots (``js_node``) is a flow-control credit for step ``id`` - slots
+# (``_flow_credit``: the kinds have three bits, and both events are rare)
 EV_RESPONSE_TAIL = 6  # replay: the write response for one of job slot ``id``'s stores is back
 EV_LAND = 7  # windowed replay: the tail of packet ``id`` lands in a GPU other than its sender's
 
@@ -317,6 +319,8 @@ def _new_heap(events: int, domains: int = 1) -> tuple[F8, I8]:
 #: payload bits of a heap key; the sequence number is above them
 _PAY_BITS = 28
 _PAY_MASK = (1 << _PAY_BITS) - 1
+#: ids an event's payload holds (above its three kind bits)
+MAX_EVENT_ID = 1 << (_PAY_BITS - 3)
 #: windowed scheduling: the sequence of an event posted by another domain has this bit set
 #: (after the domain's own events of the same time), then the poster (8 bits, so at most 256
 #: domains) and the low bits of the poster's own sequence
@@ -341,7 +345,7 @@ def make_state(net: Any, packets: int, heap: int, ring: int, domains: int = 1, b
     response, not its request), one of the ``LINE_SETUP_*`` rules (:func:`_grant`)."""
     E = num_edges(net)
     P = max(1, packets)
-    if max(P, E) >= 1 << (_PAY_BITS - 3):
+    if max(P, E) >= MAX_EVENT_ID:
         raise ValueError(f"too many packets or edges for the event queue ({max(P, E)})")
     buffered = net.ei[:, EI_VBASE] >= 0
     nrows = int(net.ei[buffered, EI_NVC].sum()) if E else 0
@@ -1714,6 +1718,9 @@ Replay = namedtuple(
     [
         # nodes (steps), static
         "n_type", "n_gpu", "n_cu", "n_peer", "n_succ_ptr", "n_succ", "match_recv", "n_job_ptr",
+        # flow control (nuna.plan.flow): the send-type step each step's end gives a credit to
+        # (-1: none) and the time the credit takes to reach that step's GPU
+        "n_credit", "n_credit_ns",
         # nodes, dynamic
         "n_state", "n_indeg", "n_land", "n_next_job", "n_jobs_left", "n_t_ready", "n_t_start", "n_t_end",
         "n_cnext",
@@ -1774,18 +1781,35 @@ DONE, NEED_HEAP, OVERFLOW, PAUSED = 0, 1, 2, 3
 CUT = 4
 
 
+@_hot
+def _dependency_done(R: Any, s: int) -> None:
+    """One more dependency of step ``s`` is done: it is ready when none is left."""
+    R.n_indeg[s] -= 1
+    if R.n_indeg[s] == 0:
+        r = R.rc[R_READY]
+        R.ready[r] = s
+        R.rc[R_READY] = r + 1
+
+
 @_jit
-def _complete(R: Any, n: int, now: float) -> None:
+def _complete(st: Any, R: Any, n: int, now: float) -> None:
     R.n_state[n] = N_DONE
     R.n_t_end[n] = now
     R.rc[R_DONE] += 1
     for k in range(R.n_succ_ptr[n], R.n_succ_ptr[n + 1]):
-        s = R.n_succ[k]
-        R.n_indeg[s] -= 1
-        if R.n_indeg[s] == 0:
-            r = R.rc[R_READY]
-            R.ready[r] = s
-            R.rc[R_READY] = r + 1
+        _dependency_done(R, R.n_succ[k])
+    s = R.n_credit[n]
+    if s >= 0:
+        # the receiver frees its buffer step: the credit reaches the sender's GPU (its domain:
+        # at least a window later, see nuna.sim.replay) as a remote write would
+        g = R.n_gpu[s] if st.ctr[C_NDOM] > 1 else 0
+        _post_to(st, g, -1, now + R.n_credit_ns[n], EV_RESPONSE_HEAD | ((R.js_node.shape[0] + s) << 3))
+
+
+@_jit
+def _flow_credit(R: Any, s: int) -> None:
+    """A flow-control credit for send-type step ``s`` is back (see ``EV_RESPONSE_HEAD``)."""
+    _dependency_done(R, s)
 
 
 @_jit
@@ -1793,7 +1817,7 @@ def _start(net: Any, st: Any, R: Any, n: int, now: float) -> None:
     """Node ``n`` may move data: queue it on its CU."""
     R.n_t_start[n] = now
     if R.n_jobs_left[n] == 0:
-        _complete(R, n, now)
+        _complete(st, R, n, now)
         return
     R.n_state[n] = N_RUN
     cu = R.n_gpu[n] * R.par_i[P_CUS] + R.n_cu[n]
@@ -1813,11 +1837,11 @@ def _node_ready(net: Any, st: Any, R: Any, n: int, now: float) -> None:
     t = R.n_type[n]
     if t == T_NOP:
         R.n_t_start[n] = now
-        _complete(R, n, now)
+        _complete(st, R, n, now)
     elif t == T_RECV:
         R.n_t_start[n] = now
         if R.n_land[n] <= 0:
-            _complete(R, n, now)
+            _complete(st, R, n, now)
         else:
             R.n_state[n] = N_DATA
     elif t in (T_RCS, T_RRC, T_RRS, T_RRCS):
@@ -1890,7 +1914,7 @@ def _job_stores(net: Any, st: Any, R: Any, js: int, now: float, tail: float) -> 
             if R.j_cls[j, 2] >= 0:
                 R.js_phase[js] = JS_POST_AT_LOCAL
             else:
-                _post(R, js, now)
+                _post(st, R, js, now)
 
 
 @_hot
@@ -1912,13 +1936,13 @@ def _payload_bytes(R: Any, wire: Any) -> Any:
 
 
 @_jit
-def _post(R: Any, js: int, now: float) -> None:
+def _post(st: Any, R: Any, js: int, now: float) -> None:
     """Count job slot ``js``'s job done by its step ahead of its stores (P_UNFENCED)."""
     R.js_phase[js] = JS_POSTED
     n = R.js_node[js]
     R.n_jobs_left[n] -= 1
     if R.n_jobs_left[n] == 0:
-        _complete(R, n, now)
+        _complete(st, R, n, now)
 
 
 @_hot
@@ -2054,7 +2078,7 @@ def _job_done(net: Any, st: Any, R: Any, js: int, now: float) -> None:
     if R.par_i[P_UNFENCED] == 0 or R.js_phase[js] != JS_POSTED:
         R.n_jobs_left[n] -= 1
         if R.n_jobs_left[n] == 0:
-            _complete(R, n, now)
+            _complete(st, R, n, now)
     _issue(net, st, R, cu, now)
 
 
@@ -2145,7 +2169,7 @@ def _land(net: Any, st: Any, R: Any, n: int, nbytes: int, now: float) -> None:
     R.n_land[m] -= nbytes
     if R.n_land[m] <= 0 and R.n_state[m] == N_DATA:
         if R.n_type[m] == T_RECV:
-            _complete(R, m, now)
+            _complete(st, R, m, now)
         else:
             _start(net, st, R, m, now)
 
@@ -2175,7 +2199,7 @@ def _packet_done(net: Any, st: Any, R: Any, p: int, now: float) -> None:
     n = R.js_node[js]
     j = R.js_job[js]
     if kind == K_STORE and R.par_i[P_UNFENCED] and R.js_phase[js] == JS_POST_AT_LOCAL:
-        _post(R, js, now)
+        _post(st, R, js, now)
     if kind == K_REMOTE:
         # weight by lines so that the distribution does not depend on the packet size
         w = float((R.j_bytes[j] + R.par_i[P_LINE] - 1) // R.par_i[P_LINE])
@@ -2253,6 +2277,8 @@ def _replay_event(net: Any, st: Any, R: Any, now: float, pay: int) -> None:
         _store_complete(net, st, R, x, now)
     elif kind == EV_LAND:
         _packet_landed(net, st, R, x, now)
+    elif x >= R.js_node.shape[0]:
+        _flow_credit(R, x - R.js_node.shape[0])
     else:
         _slots_back_at_head(net, st, R, x, now)
     # calls pass every state array (hundreds of scalars): only make them when needed
@@ -2275,8 +2301,9 @@ def domain_replay(R: Any, g: int) -> Any:
     shares, statistics and landed stores; the step, job and CU arrays shared, each domain
     touching only its GPU's)."""
     return Replay(R.n_type, R.n_gpu, R.n_cu, R.n_peer, R.n_succ_ptr, R.n_succ, R.match_recv, R.n_job_ptr,
-                  R.n_state, R.n_indeg, R.n_land, R.n_next_job, R.n_jobs_left, R.n_t_ready, R.n_t_start,
-                  R.n_t_end, R.n_cnext, R.j_bytes, R.j_cls, R.cu_out, R.cu_head, R.cu_tail,
+                  R.n_credit, R.n_credit_ns, R.n_state, R.n_indeg, R.n_land, R.n_next_job, R.n_jobs_left,
+                  R.n_t_ready, R.n_t_start, R.n_t_end, R.n_cnext, R.j_bytes, R.j_cls, R.cu_out, R.cu_head,
+                  R.cu_tail,
                   R.js_node, R.js_job, R.js_pending, R.js_phase, R.js_t, R.js_tail, R.js_head, R.js_held,
                   R.d_js_free[g], R.d_pk_free[g], R.d_ready[g], R.d_hist[g], R.d_stat_f[g], R.landed,
                   R.tr_edges, R.tr_time, R.tr_bytes, R.seg_ret, R.par_i, R.par_f, R.d_rc[g], R.d_defer[g],

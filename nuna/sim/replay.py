@@ -37,6 +37,7 @@ import numpy.typing as npt
 
 from nuna.errors import SimulationError, UsageError
 from nuna.plan.dag import NONE, STEP_TYPES, FlatPlan, ReplayDag, build_dag, finish_times, flatten
+from nuna.plan.flow import credit_sources, flow_control_depth
 from nuna.plan.fusion import reduce_fusion
 from nuna.plan.generate import generate
 from nuna.plan.ir import Plan, Protocol
@@ -118,6 +119,11 @@ class SimOptions:
     # stores and in the loads of what they stored) and LL/LL128 sends that do not wait for their
     # stores (nuna.plan.wire; docs/simulator.md §3); "simple": every plan as Simple (nuna <= 0.11.0)
     protocol_model: str = "plan"
+    # the executors' flow control (nuna.plan.flow; docs/simulator.md §3): a send-type step
+    # starts only once the receive-type step 2 (Simple) or 8 (LL, LL128) sends earlier on its
+    # connection has ended and its credit has come back; False: senders never wait for
+    # receivers (nuna <= 0.12.0)
+    flow_control: bool = True
 
 
 #: ``SimOptions.protocol_model`` choices, the default first
@@ -472,7 +478,7 @@ def _edge_name(net: PodNet, gpu: int, local: int) -> str:
     return f"virtual({gpu}, {local})"
 
 
-def _deadlock_message(flat: FlatPlan, dag: ReplayDag, R: Any) -> str:
+def _deadlock_message(flat: FlatPlan, dag: ReplayDag, R: Any, credit: I64, depth: int) -> str:
     state = R.n_state
     undone = np.flatnonzero(state != eng.N_DONE)
     # control predecessors of every node
@@ -480,14 +486,19 @@ def _deadlock_message(flat: FlatPlan, dag: ReplayDag, R: Any) -> str:
     src = np.repeat(np.arange(dag.num_nodes), ptr[1:] - ptr[:-1])
     dst = dag.ctrl_indices.astype(np.int64)
     blocked: list[str] = []
+    credits = False
     tbs = np.unique(flat.node_tb[undone])
     for t in tbs.tolist():
         lo, hi = int(flat.tb_indptr[t]), int(flat.tb_indptr[t + 1])
         n = lo + int(np.argmax(state[lo:hi] != eng.N_DONE))
         if R.n_indeg[n] > 0:
             preds = src[(dst == n) & (state[src] != eng.N_DONE)]
-            what = ", ".join(_step_name(flat, int(p)) for p in preds[:3])
-            blocked.append(f"{_step_name(flat, n)} waits for {what}")
+            what = [_step_name(flat, int(p)) for p in preds[:3]]
+            c = int(credit[n])
+            if c >= 0 and state[c] != eng.N_DONE:
+                what.append(f"the flow-control credit of {_step_name(flat, c)}")
+                credits = True
+            blocked.append(f"{_step_name(flat, n)} waits for {', '.join(what)}")
         elif state[n] == eng.N_DATA:
             s = int(dag.match_send[n])
             blocked.append(f"{_step_name(flat, n)} waits for data from {_step_name(flat, s)}")
@@ -495,7 +506,9 @@ def _deadlock_message(flat: FlatPlan, dag: ReplayDag, R: Any) -> str:
             blocked.append(f"{_step_name(flat, n)} is stuck moving data")
     more = f" (and {len(blocked) - 6} more)" if len(blocked) > 6 else ""
     count = f"{len(tbs)} threadblock{'s' * (len(tbs) != 1)}"
-    return f"deadlock: {count} cannot finish: " + "; ".join(blocked[:6]) + more
+    why = (f" (flow control: a sender runs at most {depth} sends ahead of its receiver on a connection; "
+           f"--no-flow-control replays without it)") if credits else ""
+    return f"deadlock: {count} cannot finish: " + "; ".join(blocked[:6]) + more + why
 
 
 @dataclass(frozen=True, eq=False)
@@ -523,6 +536,8 @@ class _Prepared:
     slicing: Slicing | None  # with SimOptions.executor_slices
     sliced: SlicedNodes | None  # None: a node per plan step
     wire: Wire  # the protocol's wire format (SimOptions.protocol_model)
+    credit: I64  # per node, the receive-type node whose end it waits for (SimOptions.flow_control)
+    flow_depth: int  # sends a sender may run ahead of its receiver on a connection (0: off)
 
 
 #: ``SimOptions`` counts: (least, most). The upper bounds keep a replay's allocations and int64 byte
@@ -557,7 +572,7 @@ def _check_options(opts: SimOptions) -> None:
     if opts.protocol_model not in PROTOCOL_MODELS:
         raise UsageError(f"SimOptions.protocol_model must be one of {', '.join(PROTOCOL_MODELS)}, "
                          f"got {opts.protocol_model!r}")
-    for name in ("reduce_fusion", "executor_slices"):
+    for name in ("reduce_fusion", "executor_slices", "flow_control"):
         if not isinstance(getattr(opts, name), bool):
             raise UsageError(f"SimOptions.{name} must be True or False, got {getattr(opts, name)!r}")
     problem = None if opts.router is None else router_params_problem(opts.router)
@@ -647,8 +662,10 @@ def _prepare(plan: Plan, topology_spec: TopologySpec, size_bytes: int, packet_by
     lower, floor = _bounds(spec, net, short, lb_sent * wire.num // wire.den, loads_first)
     floor = max(floor, _step_floor_ns(spec, net, short, dag, flat.code, n_bytes, n_job_ptr, j_cls[:njobs],
                                       psize, fenced=wire.fenced))
+    depth = flow_control_depth(plan.protocol) if opts.flow_control else 0
+    credit = credit_sources(dag, depth) if depth else np.full(nn, -1, dtype=np.int64)
     return _Prepared(dag, flat, n_gpu, tb_cu, layout, n_addr, n_peer, n_bytes, psize, n_job_ptr, njobs,
-                     j_bytes, j_cls, net, lb_sent, lower, floor, slicing, sliced, wire)
+                     j_bytes, j_cls, net, lb_sent, lower, floor, slicing, sliced, wire, credit, depth)
 
 
 def placement_bounds(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *,
@@ -696,9 +713,17 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *,
     n_cu = tb_cu[flat.node_tb].astype(np.int64)
     window_ns = _window_for(opts.windowed, ngpus, trace, net, spec, psize)
     domains = ngpus if window_ns > 0.0 else 1
-    indeg = dag.ctrl_indegree.astype(np.int64).copy()
+    indeg = dag.ctrl_indegree.astype(np.int64) + (pre.credit >= 0)
+    # each receive-type node's end gives its credit to at most one send (the one flow_depth
+    # later on its connection)
+    waits = np.flatnonzero(pre.credit >= 0)
+    n_credit = np.full(nn, -1, dtype=np.int64)
+    n_credit[pre.credit[waits]] = waits
     pools = _pools(n_gpu, n_cu, n_job_ptr, indeg, chip.cus, limit, njobs, domains, opts.hist_bins,
                    psize // line, len(_load_column_ids(j_cls)))
+    if waits.size and pools.slots + nn >= eng.MAX_EVENT_ID:
+        raise SimulationError(f"plan {plan.name}: too many steps and job slots for flow-control credits "
+                              f"({pools.slots + nn:,}); replay it with --no-flow-control")
     packets = pools.packets
     margin = 16 * limit + 16 * 1024
     heap = packets + 2 * margin if domains == 1 else 2 * margin + 4 * packets // domains
@@ -726,7 +751,7 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *,
     R = eng.Replay(
         flat.code.astype(np.int8), n_gpu.astype(np.int32), n_cu.astype(np.int32), n_peer.astype(np.int32),
         dag.ctrl_indptr.astype(np.int64), dag.ctrl_indices.astype(np.int64), dag.match_recv.astype(np.int64),
-        n_job_ptr,
+        n_job_ptr, n_credit, _credit_ns(spec, net, window_ns)[n_cu],
         np.zeros(nn, dtype=np.int8), indeg, n_land, n_job_ptr[:-1].copy(), np.diff(n_job_ptr),
         np.full(nn, np.nan), np.full(nn, np.nan), np.full(nn, np.nan), np.full(nn, -1, dtype=np.int64),
         j_bytes, j_cls,
@@ -756,7 +781,7 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *,
                               f"({int(st.ctr[eng.C_FOREIGN])} grants outside their GPU's window, "
                               f"{int(R.rc[eng.R_LATE])} events posted into a finished window)")
     if R.rc[eng.R_DONE] < nn:
-        raise SimulationError(_deadlock_message(flat, dag, R))
+        raise SimulationError(_deadlock_message(flat, dag, R, pre.credit, pre.flow_depth))
     for times in (R.n_t_ready, R.n_t_start, R.n_t_end):
         fastforward.shift_times(times, skips)
     res = _result(plan, spec, size_bytes, psize, seed, flat, dag, net, st, R, layout, tb_cu, (lower, floor),
@@ -912,6 +937,19 @@ def _window_for(windowed: bool | None, ngpus: int, trace: bool, net: PodNet, spe
         raise UsageError(f"windowed scheduling needs unbounded, unordered buffers at the switch and the "
                          f"stacks' access; topology {spec.name!r} bounds or orders them")
     return window_ns
+
+
+def _credit_ns(spec: TopologySpec, net: PodNet, window_ns: float) -> npt.NDArray[np.float64]:
+    """Per CU, the time a flow-control credit takes from a receiving threadblock on it to its
+    sender's GPU: NCCL's receiver writes the freed step's count into the sender's memory, an
+    8-byte remote store; nuna takes its shortest uncontended way (nearest port, cables, the
+    port's nearest stack, the memory write) and leaves out the sender's polling. Never shorter
+    than the window of windowed scheduling (a remote store's way holds both of its parts)."""
+    geo = net.geo
+    P = spec.chip.io_ports
+    cables = net.edge_lat[net.up:net.up + P] + net.edge_lat[net.down:net.down + P]
+    ns = (geo.cu_port.latency_ns + (cables + geo.port_stack.latency_ns.min(axis=1))[None, :]).min(axis=1)
+    return np.maximum(ns + spec.chip.memory_access_latency_ns, window_ns)
 
 
 def _window_ns(net: PodNet, spec: TopologySpec) -> float | None:

@@ -328,9 +328,10 @@ def test_as_dict_names_every_field_and_is_json_data() -> None:
     assert "reduce_fusion" not in data
     assert "executor_slices" not in data
     assert "protocol_model" not in data
+    assert "flow_control" not in data
     data = dataclasses.replace(POINT, windowed=True, max_packet_bytes=4096, fast_forward=True,
                                line_setups="series", reduce_fusion=False, executor_slices=True,
-                               protocol_model="simple").as_dict()
+                               protocol_model="simple", flow_control=False).as_dict()
     assert set(data) == {f.name for f in dataclasses.fields(Point)}
     assert json.loads(json.dumps(data)) == data
 

@@ -187,7 +187,8 @@ def test_cli_diff(cli: Callable[..., CliResult], tmp_path: Path) -> None:
     nap = doc["configs"][2]["headroom_taken"]
     assert f"NAP+NAR {nap * 100:.0f}%" in r.out
     assert doc["packet_bytes"] == 256
-    assert doc["replay"] == {"reduce_fusion": True, "executor_slices": False, "protocol_model": "plan"}
+    assert doc["replay"] == {"reduce_fusion": True, "executor_slices": False, "protocol_model": "plan",
+                             "flow_control": True}
     bad = cli("diff", plan_file, "--size", "24KiB", "--configs", "UA,XYZ")
     assert bad.code == 1
     assert "unknown config" in bad.err
@@ -199,13 +200,14 @@ def test_cli_diff_replays_with_the_options_given(cli: Callable[..., CliResult], 
     plan_file.write_text(dump(plan))
     out = tmp_path / "d.json"
     r = cli("diff", plan_file, "--size", "96KiB", "--configs", "UA,NAP+NAR", "--json", out, "--packet-bytes",
-            "1KiB", "--no-reduce-fusion", "--protocol-model", "simple")
+            "1KiB", "--no-reduce-fusion", "--protocol-model", "simple", "--no-flow-control")
     assert r.code == 0, r.err
-    assert "96KiB, packets of 1024 B, each re alone, protocol model simple;" in r.out
+    assert "96KiB, packets of 1024 B, each re alone, protocol model simple, no flow control;" in r.out
     doc = json.loads(out.read_text())
     assert doc["packet_bytes"] == 1024
-    assert doc["replay"] == {"reduce_fusion": False, "executor_slices": False, "protocol_model": "simple"}
-    opts = SimOptions(reduce_fusion=False, protocol_model="simple")
+    assert doc["replay"] == {"reduce_fusion": False, "executor_slices": False, "protocol_model": "simple",
+                             "flow_control": False}
+    opts = SimOptions(reduce_fusion=False, protocol_model="simple", flow_control=False)
     for row in doc["configs"]:
         placed = apply_config(plan, row["config"], PassContext(load_topology("nuna-4die"), 96 * 1024))
         assert row["time_ns"] == simulate(placed, load_topology("nuna-4die"), 96 * 1024, packet_bytes=1024,

@@ -1,0 +1,81 @@
+"""How far a sender may run ahead of its receiver on a connection: the executors' flow control.
+
+Every connection ``(sender, receiver, channel)`` of the MSCCL executors is a ring of
+``NCCL_STEPS = 8`` buffer steps (reference §6.5, NCCL's ``src/include/device.h``). A primitive
+call of a Simple send takes ``MSCCL_CHUNKSTEPS = 4`` of them whatever its size (the Simple
+primitives post every slice of a chunk, sent or not), an LL or LL128 call one. The sender waits
+for the receiver to free a step (its ``head``, written into the sender's memory) before it
+writes there, so the i-th send-type call on a connection cannot start before the receiver has
+finished the call ``depth`` earlier: 2 for Simple, 8 for LL and LL128.
+
+nuna applies the rule node by node (``nuna.sim.SimOptions.flow_control``): a node is a call
+with ``executor_slices``, else a whole step, which the executors may run as several calls (the
+rule then lets the sender run further ahead than they would). A plan whose dependencies are
+acyclic can still deadlock through it: two threadblocks that each send three times before they
+receive from each other wait for each other's credit for ever. :func:`with_flow_control` adds
+the rule's edges so that :func:`nuna.plan.dag.find_cycle` finds such deadlocks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import numpy.typing as npt
+
+from nuna.plan.dag import ReplayDag
+from nuna.plan.ir import Protocol
+
+#: buffer steps per connection (NCCL's ``NCCL_STEPS``)
+NCCL_STEPS = 8
+#: buffer steps one primitive call takes (Simple: ``MSCCL_CHUNKSTEPS``; LL, LL128: one)
+_STEPS_PER_CALL = {Protocol.SIMPLE: NCCL_STEPS // 2, Protocol.LL: 1, Protocol.LL128: 1}
+
+I64 = npt.NDArray[np.int64]
+
+
+def flow_control_depth(protocol: Protocol) -> int:
+    """How many send-type calls a sender may have ahead of its receiver's finished ones."""
+    return NCCL_STEPS // _STEPS_PER_CALL[protocol]
+
+
+def credit_sources(dag: ReplayDag, depth: int) -> I64:
+    """Per node, the receive-type node whose end frees the buffer step this send-type node
+    writes: the receive of the send ``depth`` earlier on its connection; -1 for every other node
+    (receive-only nodes and a connection's first ``depth`` sends).
+
+    A threadblock has one send connection, so its send-type nodes in node order are the
+    connection's sends in FIFO order, and ``match_recv`` names each one's receive."""
+    if depth < 1:
+        raise ValueError(f"flow-control depth must be at least 1, got {depth}")
+    nn = dag.num_nodes
+    out = np.full(nn, -1, dtype=np.int64)
+    sends = np.flatnonzero(dag.match_recv >= 0)
+    if sends.size <= depth:
+        return out
+    tb = np.searchsorted(dag.tb_indptr, sends, side="right") - 1
+    later = np.arange(depth, sends.size)
+    same = tb[later] == tb[later - depth]
+    out[sends[later[same]]] = dag.match_recv[sends[later[same] - depth]]
+    return out
+
+
+def with_flow_control(dag: ReplayDag, depth: int) -> ReplayDag:
+    """``dag`` with a control edge from each receive-type node to the send-type node its end
+    gives a credit to (:func:`credit_sources`): for cycle and level analyses. The replay keeps
+    these edges apart (a credit crosses the network: it takes time and another GPU's queue)."""
+    credit = credit_sources(dag, depth)
+    dst = np.flatnonzero(credit >= 0)
+    if dst.size == 0:
+        return dag
+    nn = dag.num_nodes
+    ptr = dag.ctrl_indptr.astype(np.int64)
+    src_old = np.repeat(np.arange(nn, dtype=np.int64), ptr[1:] - ptr[:-1])
+    src = np.concatenate([src_old, credit[dst]])
+    tgt = np.concatenate([dag.ctrl_indices.astype(np.int64), dst])
+    key = np.unique(src * nn + tgt)
+    src, tgt = key // nn, key % nn
+    indptr = np.zeros(nn + 1, dtype=np.int64)
+    np.cumsum(np.bincount(src, minlength=nn), out=indptr[1:])
+    return dataclasses.replace(dag, ctrl_indptr=indptr.astype(np.int32), ctrl_indices=tgt.astype(np.int32),
+                               ctrl_indegree=np.bincount(tgt, minlength=nn).astype(np.int32))
