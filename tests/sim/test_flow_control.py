@@ -159,6 +159,14 @@ def test_a_send_starts_a_credits_way_after_its_receive_ends(spec, case, windowed
     assert res.lower_bound_ns <= res.placement_floor_ns <= res.time_ns
 
 
+@pytest.mark.parametrize("collective", ["allgather", "allreduce", "alltoall", "reducescatter"])
+def test_the_figures_direct_plans_never_wait_for_a_credit(collective: str) -> None:
+    # what lets docs/results.md stand: a direct plan sends at most twice on a connection
+    for ngpus, tbs in ((2, 1), (5, 4), (16, 2), (8, 16)):
+        dag = build_dag(generate(collective, ngpus, tbs_per_peer=tbs))
+        assert (credit_sources(dag, flow_control_depth(Protocol.SIMPLE)) == -1).all()
+
+
 def test_a_plan_without_credits_replays_the_same(spec) -> None:  # type: ignore[no-untyped-def]
     plan = generate("allgather", 4, tbs_per_peer=2)
     assert (credit_sources(build_dag(plan), 2) == -1).all()
