@@ -488,7 +488,6 @@ def _ring_alltoall(spec: _Spec, g: int, lo: int) -> list[_Proto]:
     src_at, dst_at = _locations(spec)
     relay = (_S, lo)
     protos: list[_Proto] = []
-
     staged = _ring_alltoall_staged(spec)
 
     def outgoing(r: int, dest: int) -> tuple[Buffer, int]:
@@ -546,13 +545,10 @@ def _ring_alltoall_order(n: int) -> list[tuple[int, int]]:
         a, h = sent[k]
         got = (a + 1, h - 1)
         k += 1
-        if got[1] > 0:
-            order.append(got)  # received and forwarded in one step
-            sent.append(got)
-            continue
         order.append(got)
-        if own:
-            nxt = own.pop(0)
-            order.append(nxt)
-            sent.append(nxt)
+        if got[1] > 0:  # received and forwarded in one step
+            sent.append(got)
+        elif own:
+            order.append(own[0])
+            sent.append(own.pop(0))
     return order
