@@ -536,8 +536,11 @@ class _Prepared:
     slicing: Slicing | None  # with SimOptions.executor_slices
     sliced: SlicedNodes | None  # None: a node per plan step
     wire: Wire  # the protocol's wire format (SimOptions.protocol_model)
-    credit: I64  # per node, the receive-type node whose end it waits for (SimOptions.flow_control)
-    flow_depth: int  # sends a sender may run ahead of its receiver on a connection (0: off)
+    # per node, the receive-type node whose end frees the buffer step it writes (nuna.plan.flow),
+    # whether or not the replay waits for it (SimOptions.flow_control), and how many sends a
+    # sender may run ahead of its receiver on a connection
+    credit_source: I64
+    flow_depth: int
 
 
 #: ``SimOptions`` counts: (least, most). The upper bounds keep a replay's allocations and int64 byte
@@ -662,10 +665,10 @@ def _prepare(plan: Plan, topology_spec: TopologySpec, size_bytes: int, packet_by
     lower, floor = _bounds(spec, net, short, lb_sent * wire.num // wire.den, loads_first)
     floor = max(floor, _step_floor_ns(spec, net, short, dag, flat.code, n_bytes, n_job_ptr, j_cls[:njobs],
                                       psize, fenced=wire.fenced))
-    depth = flow_control_depth(plan.protocol) if opts.flow_control else 0
-    credit = credit_sources(dag, depth) if depth else np.full(nn, -1, dtype=np.int64)
+    depth = flow_control_depth(plan.protocol)
     return _Prepared(dag, flat, n_gpu, tb_cu, layout, n_addr, n_peer, n_bytes, psize, n_job_ptr, njobs,
-                     j_bytes, j_cls, net, lb_sent, lower, floor, slicing, sliced, wire, credit, depth)
+                     j_bytes, j_cls, net, lb_sent, lower, floor, slicing, sliced, wire,
+                     credit_sources(dag, depth), depth)
 
 
 def placement_bounds(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *,
@@ -713,12 +716,14 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *,
     n_cu = tb_cu[flat.node_tb].astype(np.int64)
     window_ns = _window_for(opts.windowed, ngpus, trace, net, spec, psize)
     domains = ngpus if window_ns > 0.0 else 1
-    indeg = dag.ctrl_indegree.astype(np.int64) + (pre.credit >= 0)
+    credit = pre.credit_source if opts.flow_control else np.full(nn, -1, dtype=np.int64)
+    indeg = dag.ctrl_indegree.astype(np.int64) + (credit >= 0)
     # each receive-type node's end gives its credit to at most one send (the one flow_depth
     # later on its connection)
-    waits = np.flatnonzero(pre.credit >= 0)
+    waits = np.flatnonzero(credit >= 0)
     n_credit = np.full(nn, -1, dtype=np.int64)
-    n_credit[pre.credit[waits]] = waits
+    n_credit[credit[waits]] = waits
+    credit_ns = _credit_ns(spec, net, window_ns)[n_cu]
     pools = _pools(n_gpu, n_cu, n_job_ptr, indeg, chip.cus, limit, njobs, domains, opts.hist_bins,
                    psize // line, len(_load_column_ids(j_cls)))
     if waits.size and pools.slots + nn >= eng.MAX_EVENT_ID:
@@ -751,7 +756,7 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *,
     R = eng.Replay(
         flat.code.astype(np.int8), n_gpu.astype(np.int32), n_cu.astype(np.int32), n_peer.astype(np.int32),
         dag.ctrl_indptr.astype(np.int64), dag.ctrl_indices.astype(np.int64), dag.match_recv.astype(np.int64),
-        n_job_ptr, n_credit, _credit_ns(spec, net, window_ns)[n_cu],
+        n_job_ptr, n_credit, credit_ns,
         np.zeros(nn, dtype=np.int8), indeg, n_land, n_job_ptr[:-1].copy(), np.diff(n_job_ptr),
         np.full(nn, np.nan), np.full(nn, np.nan), np.full(nn, np.nan), np.full(nn, -1, dtype=np.int64),
         j_bytes, j_cls,
@@ -781,12 +786,20 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *,
                               f"({int(st.ctr[eng.C_FOREIGN])} grants outside their GPU's window, "
                               f"{int(R.rc[eng.R_LATE])} events posted into a finished window)")
     if R.rc[eng.R_DONE] < nn:
-        raise SimulationError(_deadlock_message(flat, dag, R, pre.credit, pre.flow_depth))
+        raise SimulationError(_deadlock_message(flat, dag, R, credit, pre.flow_depth))
+    # sends the credit held back: ready only when it came (exact in the engine's clock, before
+    # fast-forward's shift)
+    held = int(np.count_nonzero(R.n_t_ready[waits] == R.n_t_end[credit[waits]] + credit_ns[credit[waits]]))
     for times in (R.n_t_ready, R.n_t_start, R.n_t_end):
         fastforward.shift_times(times, skips)
     res = _result(plan, spec, size_bytes, psize, seed, flat, dag, net, st, R, layout, tb_cu, (lower, floor),
                   lb_sent, njobs, started, trace, size_fit(plan, size_bytes, opts.element_bytes), window_ns,
                   None if opts.fast_forward is None else skips, pre.slicing, pre.sliced)
+    waiting = int(np.count_nonzero(pre.credit_source >= 0))
+    if waiting:
+        res = dataclasses.replace(res, flow_control={
+            "depth": pre.flow_depth, "waiting_sends": waiting, "modelled": opts.flow_control,
+            **({"held_sends": held} if opts.flow_control else {})})
     if plan.protocol is not Protocol.SIMPLE:
         res = dataclasses.replace(res, protocol={"name": plan.protocol.value, "model": opts.protocol_model,
                                                  **pre.wire.to_json()})

@@ -217,6 +217,11 @@ class SimResult:
     # nuna.plan.wire): name, model, wire bytes per payload byte, whether sends fenced. None for
     # Simple plans, whose JSON has no such key
     protocol: dict[str, Any] | None = None
+    # the executors' flow control (SimOptions.flow_control; nuna.plan.flow) of a plan with sends
+    # that wait for a credit: the depth, how many sends wait, whether the replay modelled it
+    # and, when it did, how many became ready only when their credit came. None for a plan
+    # without such sends, whose JSON has no such key
+    flow_control: dict[str, Any] | None = None
     slice_t_start: F64 | None = field(default=None, repr=False)
     slice_t_end: F64 | None = field(default=None, repr=False)
 
@@ -323,6 +328,8 @@ class SimResult:
             out["executor_slices"] = {**self.slicing.to_json(), "replay_nodes": self.replay_nodes}
         if self.protocol is not None:
             out["protocol"] = dict(self.protocol)
+        if self.flow_control is not None:
+            out["flow_control"] = dict(self.flow_control)
         if chip_links:
             out["chip_links"] = [link.to_json() for link in self.chip_links]
         return out

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nuna.errors import SimulationError, UsageError
-from nuna.plan.dag import build_dag, find_cycle
+from nuna.plan.dag import build_dag, find_cycle, flatten
 from nuna.plan.flow import credit_sources, flow_control_depth, with_flow_control
 from nuna.plan.generate import generate
 from nuna.plan.ir import Plan, Protocol
@@ -21,6 +21,7 @@ from nuna.plan.verify import verify
 from nuna.plan.xml import load, loads
 from nuna.sim import SimOptions, simulate
 from nuna.sim.fastforward import FastForward
+from nuna.sim.layout import threadblock_cus
 from nuna.sim.replay import _credit_ns, _pod_net
 from nuna.topology.spec import load_topology
 from tests.conftest import PLANS_MSCCL
@@ -139,7 +140,8 @@ def _ring_cases() -> list[tuple[str, Plan]]:
 def test_a_send_starts_a_credits_way_after_its_receive_ends(spec, case, windowed: bool) -> None:  # type: ignore[no-untyped-def]
     _, plan = case
     depth = flow_control_depth(plan.protocol)
-    credit = credit_sources(build_dag(plan), depth)
+    dag = build_dag(plan)
+    credit = credit_sources(dag, depth)
     waits = np.flatnonzero(credit >= 0)
     assert waits.size
     defaults = SimOptions()
@@ -157,6 +159,15 @@ def test_a_send_starts_a_credits_way_after_its_receive_ends(spec, case, windowed
     assert (free.node_t_start[waits] < free.node_t_end[credit[waits]] + shortest).any()
     assert free.time_ns <= res.time_ns
     assert res.lower_bound_ns <= res.placement_floor_ns <= res.time_ns
+    # the result counts the sends the credit held back: those ready exactly a credit's way after
+    # their source ended (the way from the source's CU)
+    tb_cu = threadblock_cus(plan, spec, flatten(plan))
+    way = _credit_ns(spec, net, 0.0)[tb_cu[np.searchsorted(dag.tb_indptr, credit[waits], side="right") - 1]]
+    held = int(np.count_nonzero(np.isclose(ready, ended + way, rtol=0.0, atol=1e-6)))
+    assert res.flow_control == {"depth": depth, "waiting_sends": int(waits.size), "modelled": True,
+                                "held_sends": held}
+    assert held > 0
+    assert free.flow_control == {"depth": depth, "waiting_sends": int(waits.size), "modelled": False}
 
 
 @pytest.mark.parametrize("collective", ["allgather", "allreduce", "alltoall", "reducescatter"])
@@ -173,6 +184,7 @@ def test_a_plan_without_credits_replays_the_same(spec) -> None:  # type: ignore[
     a, b = (simulate(plan, spec, 256 * 1024, options=o).to_json() for o in (SimOptions(), NO_FLOW_CONTROL))
     for d in (a, b):
         d.pop("wall_s")
+    assert "flow_control" not in a
     assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
@@ -205,8 +217,9 @@ def test_the_commands_say_what_flow_control_does(run_cli, tmp_path) -> None:  # 
     out = tmp_path / "free.json"
     res = run_cli("simulate", stuck, "--size", "24KiB", "--no-flow-control", "--json", out)
     assert res.code == 0, res.err
-    landed = json.loads(out.read_text())["landed_bytes"]
-    assert landed[0][1] == landed[1][0] == 3 * 4096  # three 4 KiB chunks each way
+    data = json.loads(out.read_text())
+    assert data["landed_bytes"][0][1] == data["landed_bytes"][1][0] == 3 * 4096  # three 4 KiB chunks each way
+    assert data["flow_control"] == {"depth": 2, "waiting_sends": 2, "modelled": False}
     res = run_cli("info", stuck, "--json")
     assert json.loads(res.out)["flow_control"] == {"depth": 2, "waiting_sends": 2, "sends": 6}
     res = run_cli("info", stuck)
