@@ -864,13 +864,14 @@ def summarize(plan: Plan, size_bytes: int | None = None) -> PlanSummary:
     fit = size_fit(plan, size_bytes) if size_bytes is not None else None
     chunk = fit.chunk_bytes if fit is not None else None
     fused_re = (0, 0)
-    if counts[StepType.REDUCE] > 1:
-        with contextlib.suppress(PlanError):  # an integer past 64 bits: nothing to fuse is said
-            fusion = reduce_fusion(flatten(plan))
-            fused_re = (fusion.fused + fusion.passes, fusion.passes)
     flow = None
+    # an integer past 64 bits: neither fusion nor flow control is said
     with contextlib.suppress(PlanError):
-        dag = analyze(plan, limit=1).dag
+        flat = flatten(plan)
+        if counts[StepType.REDUCE] > 1:
+            fusion = reduce_fusion(flat)
+            fused_re = (fusion.fused + fusion.passes, fusion.passes)
+        dag = analyze(plan, flat, limit=1).dag  # None: no replay DAG, nothing to say of credits
         if dag is not None:
             depth = flow_control_depth(plan.protocol)
             flow = (depth, int((credit_sources(dag, depth) >= 0).sum()), int((dag.match_recv >= 0).sum()))
