@@ -233,3 +233,14 @@ def test_the_commands_say_what_flow_control_does(run_cli, tmp_path) -> None:  # 
         res = run_cli(*command)
         assert res.code == 0, res.err
         assert "flow control" not in res.out
+
+
+def test_credits_keep_windowed_replays_exact_on_any_thread_count(spec) -> None:  # type: ignore[no-untyped-def]
+    # a credit is an event posted to another GPU's queue: the windows must order it the same
+    # however the GPUs are spread over threads
+    plan = generate("allreduce", 4, algo="ring")
+    runs = [simulate(plan, spec, 1 << 20, options=SimOptions(windowed=True, threads=t)) for t in (1, 2)]
+    assert runs[0].flow_control is not None
+    assert runs[0].flow_control["held_sends"] > 0
+    np.testing.assert_array_equal(runs[0].node_t_end, runs[1].node_t_end)
+    assert runs[0].time_ns == runs[1].time_ns
