@@ -24,6 +24,7 @@ from nuna.cli.common import (
     parse_size_option,
     write_json,
 )
+from nuna.errors import UsageError
 from nuna.fsutil import make_folder, write_atomic
 from nuna.passes import PassContext, PlanPass, get_config
 from nuna.passes.configs import apply_choice, choose_granularity, config_names, parse_granularity
@@ -62,10 +63,40 @@ def register(app: typer.Typer) -> None:
         output: Path = typer.Option(..., "--output", "-o", help="Annotated plan to write (MSCCL XML)."),
         print_between: bool = typer.Option(False, "--print-between-passes",
                                            help="Print each pass and a summary of its placement to stderr."),
+        packet_bytes: str | None = typer.Option(
+            None, "--packet-bytes", help="With -g auto: the packet size of the replays it picks with (a "
+            "multiple of the flit, or auto). Default: one flit of the topology.", show_default=False),
+        reduce_fusion: bool | None = typer.Option(None, "--reduce-fusion/--no-reduce-fusion",
+                                                  help=f"With -g auto: {REDUCE_FUSION_HELP}",
+                                                  show_default=False),
+        executor_slices: bool | None = typer.Option(None, "--executor-slices",
+                                                    help=f"With -g auto: {EXECUTOR_SLICES_HELP}",
+                                                    show_default=False),
+        protocol_model: ProtocolModel | None = typer.Option(None, "--protocol-model",
+                                                            help=f"With -g auto: {PROTOCOL_MODEL_HELP}",
+                                                            show_default=False),
+        flow_control: bool | None = typer.Option(None, "--flow-control/--no-flow-control",
+                                                 help=f"With -g auto: {FLOW_CONTROL_HELP}",
+                                                 show_default=False),
     ) -> None:
         """Rewrite a plan with a configuration's placement/routing annotations (still valid MSCCL XML)."""
         cfg = get_config(config)
         granularity = parse_granularity(nar_granularity)
+        packets = parse_packet_bytes_option(packet_bytes)
+        models = (reduce_fusion, executor_slices, protocol_model, flow_control)
+        options = None
+        if granularity == "auto":
+            from nuna.sim.replay import SimOptions  # the simulator (numba) loads only to replay
+
+            d = SimOptions()
+            options = SimOptions(
+                reduce_fusion=d.reduce_fusion if reduce_fusion is None else reduce_fusion,
+                executor_slices=d.executor_slices if executor_slices is None else executor_slices,
+                protocol_model=d.protocol_model if protocol_model is None else protocol_model.value,
+                flow_control=d.flow_control if flow_control is None else flow_control)
+        elif packets is not None or any(m is not None for m in models):
+            raise UsageError("the replay options (--packet-bytes and the models) choose what -g auto "
+                             "replays; nuna rewrite replays nothing else")
         check_outputs(output, inputs=(plan_path, topology))
         spec = load_topology(topology)
         plan = load(plan_path)
@@ -80,7 +111,8 @@ def register(app: typer.Typer) -> None:
                   f"chunks={len(pl.chunks)}", file=sys.stderr)
 
         with naming_the_plan(plan_path):
-            choice = choose_granularity(plan, cfg.name, ctx, granularity)
+            choice = choose_granularity(plan, cfg.name, ctx, granularity, packet_bytes=packets,
+                                        options=options)
             out = apply_choice(plan, cfg.name, ctx, choice, observe=observe if print_between else None)
         save(out, output)
         pl = out.placement

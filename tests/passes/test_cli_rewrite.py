@@ -100,3 +100,39 @@ def test_rewrite_missing_plan(cli: Callable[..., CliResult], tmp_path: Path) -> 
     r = cli("rewrite", tmp_path / "nope.xml", "-c", "UA", "-o", tmp_path / "o.xml")
     assert r.code == 1
     assert len(r.err.strip().splitlines()) == 1
+
+
+def test_rewrite_picks_auto_granularity_in_the_replay_it_is_told(
+        cli: Callable[..., CliResult], tmp_path: Path, spec: TopologySpec,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import nuna.cli.pass_cmds as pass_cmds
+    from nuna.passes.configs import choose_granularity
+    from nuna.sim import SimOptions
+
+    seen: list[tuple[object, object]] = []
+
+    def recording(*args: object, **kwargs: object) -> object:
+        seen.append((kwargs.get("packet_bytes"), kwargs.get("options")))
+        return choose_granularity(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pass_cmds, "choose_granularity", recording)
+
+    plan = generate("allgather", 2, tbs_per_peer=2)
+    path = tmp_path / "ag2.xml"
+    path.write_text(dump(plan))
+    out = tmp_path / "out.xml"
+    r = cli("rewrite", path, "-c", "UA+NAR", "-g", "auto", "-s", "256KiB", "-o", out,
+            "--packet-bytes", "1KiB", "--no-flow-control", "--protocol-model", "simple")
+    assert r.code == 0, r.err
+    opts = SimOptions(flow_control=False, protocol_model="simple")
+    choice = choose_granularity(plan, "UA+NAR", PassContext(spec, 256 * 1024), "auto", packet_bytes=1024,
+                                options=opts)
+    assert seen == [(1024, opts)]
+    assert load(out).placement.nar_granularity == choice.granularity
+    assert f"NAR granularity {choice.granularity} (auto)" in r.out
+    # without -g auto nothing is replayed: the options would be ignored, so they are refused
+    bad = cli("rewrite", path, "-c", "UA+NAR", "-g", "4", "-o", tmp_path / "x.xml", "--packet-bytes", "1KiB")
+    assert bad.code != 0
+    assert "choose what -g auto replays" in bad.err
+    assert "Traceback" not in bad.err
+    assert not (tmp_path / "x.xml").exists()
