@@ -314,6 +314,15 @@ def _remote_store_zero_load(net: PodNet, access_ns: float, cu: I64, port: I64, s
     return out
 
 
+def _from_port_ns(spec: TopologySpec, net: PodNet) -> npt.NDArray[np.float64]:
+    """Per I/O port, the shortest way on from it to a remote stack: the port's two cables (up
+    to its switch plane, down to the receiver's port of that plane) and that port's nearest
+    stack, without the memory access."""
+    P = spec.chip.io_ports
+    cables = net.edge_lat[net.up:net.up + P] + net.edge_lat[net.down:net.down + P]
+    return cables + net.geo.port_stack.latency_ns.min(axis=1)
+
+
 def _shortest(spec: TopologySpec, net: PodNet) -> _Shortest:
     geo = net.geo
     chip = spec.chip
@@ -321,8 +330,7 @@ def _shortest(spec: TopologySpec, net: PodNet) -> _Shortest:
     up = net.up + np.arange(chip.io_ports)
     down = net.down + np.arange(chip.io_ports)
     to_port = geo.cu_port.latency_ns.min(axis=0)  # per port, from the nearest CU
-    from_port = np.array([net.edge_lat[up[k]] + net.edge_lat[down[k]] + geo.port_stack.latency_ns[k, :].min()
-                          for k in range(chip.io_ports)])
+    from_port = _from_port_ns(spec, net)
     return _Shortest(
         load_ns=float((geo.cu_stack.latency_ns + geo.stack_cu.latency_ns.T).min()) + access,
         local_store_ns=float(geo.cu_stack.latency_ns.min()) + access,
@@ -723,7 +731,7 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *,
     waits = np.flatnonzero(credit >= 0)
     n_credit = np.full(nn, -1, dtype=np.int64)
     n_credit[credit[waits]] = waits
-    credit_ns = _credit_ns(spec, net, window_ns)[n_cu]
+    credit_ns = _credit_ns(spec, net)[n_cu]
     pools = _pools(n_gpu, n_cu, n_job_ptr, indeg, chip.cus, limit, njobs, domains, opts.hist_bins,
                    psize // line, len(_load_column_ids(j_cls)))
     if waits.size and pools.slots + nn >= eng.MAX_EVENT_ID:
@@ -952,17 +960,16 @@ def _window_for(windowed: bool | None, ngpus: int, trace: bool, net: PodNet, spe
     return window_ns
 
 
-def _credit_ns(spec: TopologySpec, net: PodNet, window_ns: float) -> npt.NDArray[np.float64]:
+def _credit_ns(spec: TopologySpec, net: PodNet) -> npt.NDArray[np.float64]:
     """Per CU, the time a flow-control credit takes from a receiving threadblock on it to its
     sender's GPU: NCCL's receiver writes the freed step's count into the sender's memory, an
     8-byte remote store; nuna takes its shortest uncontended way (nearest port, cables, the
-    port's nearest stack, the memory write) and leaves out the sender's polling. Never shorter
-    than the window of windowed scheduling (a remote store's way holds both of its parts)."""
-    geo = net.geo
-    P = spec.chip.io_ports
-    cables = net.edge_lat[net.up:net.up + P] + net.edge_lat[net.down:net.down + P]
-    ns = (geo.cu_port.latency_ns + (cables + geo.port_stack.latency_ns.min(axis=1))[None, :]).min(axis=1)
-    return np.maximum(ns + spec.chip.memory_access_latency_ns, window_ns)
+    port's nearest stack, the memory write) and leaves out the sender's polling. That way holds
+    a scale-up up-link and a memory access, so it is never shorter than the window of windowed
+    scheduling (:func:`_window_ns`), which a credit posted to another GPU needs (the replay
+    fails on a late post: ``R_LATE``)."""
+    ways = net.geo.cu_port.latency_ns + _from_port_ns(spec, net)[None, :]
+    return ways.min(axis=1) + spec.chip.memory_access_latency_ns
 
 
 def _window_ns(net: PodNet, spec: TopologySpec) -> float | None:
