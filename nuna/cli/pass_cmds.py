@@ -7,8 +7,10 @@ stderr line.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -83,18 +85,16 @@ def register(app: typer.Typer) -> None:
         cfg = get_config(config)
         granularity = parse_granularity(nar_granularity)
         packets = parse_packet_bytes_option(packet_bytes)
-        models = (reduce_fusion, executor_slices, protocol_model, flow_control)
+        models = {"reduce_fusion": reduce_fusion, "executor_slices": executor_slices,
+                  "protocol_model": None if protocol_model is None else protocol_model.value,
+                  "flow_control": flow_control}
+        given: dict[str, Any] = {k: v for k, v in models.items() if v is not None}
         options = None
         if granularity == "auto":
             from nuna.sim.replay import SimOptions  # the simulator (numba) loads only to replay
 
-            d = SimOptions()
-            options = SimOptions(
-                reduce_fusion=d.reduce_fusion if reduce_fusion is None else reduce_fusion,
-                executor_slices=d.executor_slices if executor_slices is None else executor_slices,
-                protocol_model=d.protocol_model if protocol_model is None else protocol_model.value,
-                flow_control=d.flow_control if flow_control is None else flow_control)
-        elif packets is not None or any(m is not None for m in models):
+            options = dataclasses.replace(SimOptions(), **given)
+        elif given or packets is not None:
             raise UsageError("the replay options (--packet-bytes and the models) choose what -g auto "
                              "replays; nuna rewrite replays nothing else")
         check_outputs(output, inputs=(plan_path, topology))
