@@ -113,9 +113,9 @@ REDUCE_FUSION_HELP = ("Replay each chain of re steps the MSCCL executors fuse as
                       "source and the destination once, stores once), or every re on its own "
                       "(nuna <= 0.9.0).")
 EXECUTOR_SLICES_HELP = ("Run each threadblock's steps once per slice of the plan's protocol (Simple 2 MiB, "
-                        "LL 32 KiB, LL128 576,000 B per chunk) and steps of many chunks as several calls, "
-                        "as the MSCCL executors do. Default: every step once on its whole chunks (the "
-                        "paper's model).")
+                        "LL 32 KiB, LL128 576,000 B per chunk), steps of many chunks as several calls and "
+                        "a Simple call of a connection in its two parts, as the MSCCL executors do. "
+                        "Default: every step once on its whole chunks (the paper's model).")
 
 
 def parse_packet_bytes_option(text: str | None) -> int | Literal["auto"] | None:

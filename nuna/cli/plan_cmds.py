@@ -137,8 +137,10 @@ def info(
         if s.slicing is not None:
             sl = s.slicing
             typer.echo(f"executor slices: {sl.slices} of {sl.slice_bytes} B per chunk, calls of up to "
-                       f"{sl.max_count} chunk{'s' * (sl.max_count != 1)} (nuna simulate --executor-slices "
-                       "replays them)")
+                       f"{sl.max_count} chunk{'s' * (sl.max_count != 1)}"
+                       + (f", each in {sl.parts} parts (the first at least {sl.part_min_bytes} B)"
+                          if sl.parts > 1 else "")
+                       + " (nuna simulate --executor-slices replays them)")
         note = s.fit.note() if s.fit is not None else None
         if note is not None:
             typer.echo(f"note: {note}")

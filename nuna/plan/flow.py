@@ -8,12 +8,15 @@ for the receiver to free a step (its ``head``, written into the sender's memory)
 writes there, so the i-th send-type call on a connection cannot start before the receiver has
 finished the call ``depth`` earlier: 2 for Simple, 8 for LL and LL128.
 
-nuna applies the rule node by node (``nuna.sim.SimOptions.flow_control``): a node is a call
-with ``executor_slices``, else a whole step, which the executors may run as several calls (the
-rule then lets the sender run further ahead than they would). A plan whose dependencies are
-acyclic can still deadlock through it: two threadblocks that each send three times before they
-receive from each other wait for each other's credit for ever. :func:`with_flow_control` adds
-the rule's edges so that :func:`nuna.plan.dag.find_cycle` finds such deadlocks.
+nuna applies the rule node by node (``nuna.sim.SimOptions.flow_control``): a node is a whole
+step, which the executors may run as several calls (the rule then lets the sender run further
+ahead than they would), or with ``executor_slices`` a part of a call (``nuna.plan.slices``: a
+Simple call moves its data in up to two parts of two steps, each waiting for its own two
+steps), where :func:`credit_sources_by_steps` counts the steps themselves. A plan whose
+dependencies are acyclic can still deadlock through it: two threadblocks that each send three
+times before they receive from each other wait for each other's credit for ever.
+:func:`with_flow_control` adds the rule's edges so that :func:`nuna.plan.dag.find_cycle` finds
+such deadlocks.
 """
 
 from __future__ import annotations
@@ -57,6 +60,44 @@ def credit_sources(dag: ReplayDag, depth: int) -> I64:
     later = np.arange(depth, sends.size)
     same = tb[later] == tb[later - depth]
     out[sends[later[same]]] = dag.match_recv[sends[later[same] - depth]]
+    return out
+
+
+def credit_sources_by_steps(dag: ReplayDag, node_steps: I64, first_steps: I64) -> I64:
+    """Per node, the receive-type node whose end lets this send-type node write, counting
+    buffer steps: send node ``k`` of a connection takes ``node_steps[k]`` steps from the
+    connection's step ``b_k`` (the sum over its earlier sends) and waits before its first part
+    (``first_steps[k]`` steps) until the receiver has freed step ``b_k + first_steps[k] -
+    NCCL_STEPS``, which the end of the first receive whose steps reach there does. A send whose
+    source is its predecessor's gets -1: program order already holds it back. With uniform
+    calls this is :func:`credit_sources` (``depth = NCCL_STEPS // steps per call``)."""
+    nn = dag.num_nodes
+    out = np.full(nn, -1, dtype=np.int64)
+    sends = np.flatnonzero(dag.match_recv >= 0)
+    if sends.size == 0:
+        return out
+    steps = np.asarray(node_steps, dtype=np.int64)[sends]
+    first = np.asarray(first_steps, dtype=np.int64)[sends]
+    tb = np.searchsorted(dag.tb_indptr, sends, side="right") - 1
+    new_tb = np.ones(sends.size, dtype=bool)
+    new_tb[1:] = tb[1:] != tb[:-1]
+    ends = np.cumsum(steps)
+    # each connection's steps count from its first send
+    tb_start = np.maximum.accumulate(np.where(new_tb, np.arange(sends.size), 0))
+    offset = (ends - steps)[tb_start]
+    end = ends - offset
+    begin = end - steps
+    need = begin + first - NCCL_STEPS
+    # the first send of the connection whose end reaches ``need``: ends increase along a
+    # connection, and a global key keeps connections apart
+    key_end = tb.astype(np.int64) * (int(end.max()) + NCCL_STEPS + 1) + end
+    key_need = tb.astype(np.int64) * (int(end.max()) + NCCL_STEPS + 1) + need
+    src = np.searchsorted(key_end, key_need, side="left")
+    has = need > 0
+    dup = np.zeros(sends.size, dtype=bool)
+    dup[1:] = has[1:] & has[:-1] & ~new_tb[1:] & (src[1:] == src[:-1])
+    keep = has & ~dup
+    out[sends[keep]] = dag.match_recv[sends[src[keep]]]
     return out
 
 

@@ -37,7 +37,7 @@ import numpy.typing as npt
 
 from nuna.errors import SimulationError, UsageError
 from nuna.plan.dag import NONE, STEP_TYPES, FlatPlan, ReplayDag, build_dag, finish_times, flatten
-from nuna.plan.flow import credit_sources, flow_control_depth
+from nuna.plan.flow import credit_sources, credit_sources_by_steps, flow_control_depth
 from nuna.plan.fusion import reduce_fusion
 from nuna.plan.generate import generate
 from nuna.plan.ir import Plan, Protocol
@@ -57,7 +57,7 @@ from nuna.sim.network import (
     router_params_problem,
 )
 from nuna.sim.result import PORT_WAIT_CLASSES, ChipLinkTable, LatencyStats, SimResult, Skip
-from nuna.sim.slicing import SlicedNodes, slice_nodes
+from nuna.sim.slicing import SlicedNodes, identity_nodes, slice_nodes, split_parts
 from nuna.topology.address import nar_port_table, stack_domains, store_domains_by_cu
 from nuna.topology.build import local_node
 from nuna.topology.fit import MAX_PACKET_BYTES, packet_cap_problem, packet_problem
@@ -628,6 +628,12 @@ def _prepare(plan: Plan, topology_spec: TopologySpec, size_bytes: int, packet_by
         n_addr, n_bytes = _fuse_reduces(flat, n_addr, n_bytes)
     slicing = executor_slicing(plan, cb, opts.element_bytes) if opts.executor_slices else None
     sliced = None if slicing is None else slice_nodes(flat, dag, n_addr, n_bytes, n_peer, cb, slicing)
+    part_steps: tuple[I64, I64] | None = None
+    if slicing is not None:
+        split = split_parts(sliced or identity_nodes(flat, dag, n_addr, n_bytes, n_peer), plan.protocol,
+                            opts.element_bytes)
+        if split is not None:
+            sliced, part_steps = split[0], (split[1], split[2])
     if sliced is not None:
         flat, dag, n_addr, n_peer = sliced.flat, sliced.dag, sliced.n_addr, sliced.n_peer
         n_bytes = sliced.n_bytes
@@ -674,9 +680,9 @@ def _prepare(plan: Plan, topology_spec: TopologySpec, size_bytes: int, packet_by
     floor = max(floor, _step_floor_ns(spec, net, short, dag, flat.code, n_bytes, n_job_ptr, j_cls[:njobs],
                                       psize, fenced=wire.fenced))
     depth = flow_control_depth(plan.protocol)
+    credit = credit_sources(dag, depth) if part_steps is None else credit_sources_by_steps(dag, *part_steps)
     return _Prepared(dag, flat, n_gpu, tb_cu, layout, n_addr, n_peer, n_bytes, psize, n_job_ptr, njobs,
-                     j_bytes, j_cls, net, lb_sent, lower, floor, slicing, sliced, wire,
-                     credit_sources(dag, depth), depth)
+                     j_bytes, j_cls, net, lb_sent, lower, floor, slicing, sliced, wire, credit, depth)
 
 
 def placement_bounds(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *,

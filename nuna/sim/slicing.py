@@ -20,8 +20,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 import numpy.typing as npt
 
+from nuna.errors import SimulationError
 from nuna.plan.dag import FlatPlan, ReplayDag
-from nuna.plan.slices import Slicing
+from nuna.plan.ir import Protocol
+from nuna.plan.slices import Slicing, call_parts, first_part_bytes, part_steps
 
 I64 = npt.NDArray[np.int64]
 
@@ -98,12 +100,7 @@ def slice_nodes(flat: FlatPlan, dag: ReplayDag, n_addr: I64, n_bytes: I64, n_pee
     ds, dd = src0[dep], dst0[dep]
     dsrc = (first(ds[None, :], slices[:, None]) + calls[ds][None, :] - 1).ravel()
     ddst = first(dd[None, :], slices[:, None]).ravel()
-    src = np.concatenate([prog, dsrc])
-    dst = np.concatenate([prog + 1, ddst])
-    key = np.unique(src * total + dst)
-    src, dst = key // total, key % total
-    indptr = np.zeros(total + 1, dtype=np.int64)
-    np.cumsum(np.bincount(src, minlength=total), out=indptr[1:])
+    indptr, dst = _csr(np.concatenate([prog, dsrc]), np.concatenate([prog + 1, ddst]), total)
 
     # data edges: call k of slice s of a send feeds call k of slice s of its receive
     def matched(m: npt.NDArray[np.int32]) -> I64:
@@ -113,16 +110,104 @@ def slice_nodes(flat: FlatPlan, dag: ReplayDag, n_addr: I64, n_bytes: I64, n_pee
         return np.where(has, first(safe, sl) + call, -1)
 
     tb_indptr = S * tb_base
-    new_flat = replace(
-        flat, tb_indptr=tb_indptr, node_tb=node_tb, node_pos=flat.node_pos[origin], index=flat.index[origin],
-        code=flat.code[origin], count=this_count, src_buf=flat.src_buf[origin], src_off=flat.src_off[origin],
-        dst_buf=flat.dst_buf[origin], dst_off=flat.dst_off[origin], dep_tb=flat.dep_tb[origin],
-        dep_step=flat.dep_step[origin], has_dep=flat.has_dep[origin])
-    new_dag = replace(
-        dag, node_gpu=dag.node_gpu[origin], node_tb=dag.node_tb[origin], node_step=dag.node_step[origin],
-        node_type=dag.node_type[origin], tb_indptr=tb_indptr.astype(np.int32),
-        ctrl_indptr=indptr.astype(np.int32), ctrl_indices=dst.astype(np.int32),
-        ctrl_indegree=np.bincount(dst, minlength=total).astype(np.int32),
-        match_send=matched(dag.match_send).astype(np.int32),
-        match_recv=matched(dag.match_recv).astype(np.int32))
+    new_flat, new_dag = _take(flat, dag, origin, tb_indptr, this_count, indptr, dst,
+                              matched(dag.match_send), matched(dag.match_recv))
     return SlicedNodes(nn, S, new_flat, new_dag, new_addr, new_bytes, n_peer[origin], origin, sl)
+
+
+def _csr(src: I64, dst: I64, total: int) -> tuple[I64, I64]:
+    """Edges ``src -> dst`` among ``total`` nodes, without repeats, as CSR (pointers, targets)."""
+    key = np.unique(src * total + dst)
+    indptr = np.zeros(total + 1, dtype=np.int64)
+    np.cumsum(np.bincount(key // total, minlength=total), out=indptr[1:])
+    return indptr, key % total
+
+
+def _take(flat: FlatPlan, dag: ReplayDag, rep: I64, tb_indptr: I64, count: I64, indptr: I64, dst: I64,
+          match_send: I64, match_recv: I64) -> tuple[FlatPlan, ReplayDag]:
+    """The flat plan and DAG of new nodes, node ``q`` a piece of old node ``rep[q]``, with the
+    new threadblock bounds, chunk counts, control edges (CSR) and data edges."""
+    new_flat = replace(
+        flat, tb_indptr=tb_indptr, node_tb=flat.node_tb[rep], node_pos=flat.node_pos[rep],
+        index=flat.index[rep], code=flat.code[rep], count=count, src_buf=flat.src_buf[rep],
+        src_off=flat.src_off[rep], dst_buf=flat.dst_buf[rep], dst_off=flat.dst_off[rep],
+        dep_tb=flat.dep_tb[rep], dep_step=flat.dep_step[rep], has_dep=flat.has_dep[rep])
+    new_dag = replace(
+        dag, node_gpu=dag.node_gpu[rep], node_tb=dag.node_tb[rep], node_step=dag.node_step[rep],
+        node_type=dag.node_type[rep], tb_indptr=tb_indptr.astype(np.int32),
+        ctrl_indptr=indptr.astype(np.int32), ctrl_indices=dst.astype(np.int32),
+        ctrl_indegree=np.bincount(dst, minlength=rep.shape[0]).astype(np.int32),
+        match_send=match_send.astype(np.int32), match_recv=match_recv.astype(np.int32))
+    return new_flat, new_dag
+
+
+def identity_nodes(flat: FlatPlan, dag: ReplayDag, n_addr: I64, n_bytes: I64, n_peer: I64) -> SlicedNodes:
+    """The unsliced nodes as :class:`SlicedNodes` (one slice, a node per step)."""
+    nn = flat.num_nodes
+    return SlicedNodes(nn, 1, flat, dag, n_addr, n_bytes, n_peer, np.arange(nn, dtype=np.int64),
+                       np.zeros(nn, dtype=np.int64))
+
+
+def split_parts(nodes: SlicedNodes, protocol: Protocol,
+                element_bytes: int) -> tuple[SlicedNodes, I64, I64] | None:
+    """Each call of a connection as the parts NCCL's primitives move it in
+    (:func:`nuna.plan.slices.first_part_bytes`): a call of a Simple send or receive of more than
+    its first part becomes two nodes, the second moving the rest, each fenced and posted on its
+    own, and the second part of a send feeding the second of its receive (so a receive of a
+    large call starts on its first part's data). Local steps stay whole: their parts post to no
+    one and do not fence.
+
+    Returns the nodes and, per node, the buffer steps it takes on its connection and those of
+    its first part (for :func:`nuna.plan.flow.credit_sources_by_steps`), or ``None`` when no
+    call has two parts."""
+    dag, flat = nodes.dag, nodes.flat
+    nn = flat.num_nodes
+    steps = part_steps(protocol)
+    parts = call_parts(protocol)
+    # a connection's payload per call: its own for a send, its sender's for a receive (FIFO
+    # pairs have the same count, so a forward's two roles agree)
+    ms = dag.match_send.astype(np.int64)
+    mr = dag.match_recv.astype(np.int64)
+    conn = (ms >= 0) | (mr >= 0)
+    payload = np.where(mr >= 0, nodes.n_bytes, np.where(ms >= 0, nodes.n_bytes[np.maximum(ms, 0)], 0))
+    first = first_part_bytes(protocol, payload, element_bytes)
+    two = conn & (payload > first)
+    if not two.any():
+        return None
+    if np.any(two[mr[mr >= 0]] != two[mr >= 0]):
+        raise SimulationError("internal error: a send and its receive split their calls differently")
+    k = 1 + two.astype(np.int64)
+    pos = np.zeros(nn + 1, dtype=np.int64)
+    np.cumsum(k, out=pos[1:])
+    total = int(pos[-1])
+    rep = np.repeat(np.arange(nn, dtype=np.int64), k)
+    part = np.arange(total, dtype=np.int64) - pos[rep]
+
+    # bytes and addresses: the first part, then the rest
+    own_first = np.minimum(nodes.n_bytes, first)
+    rest = nodes.n_bytes - own_first
+    new_bytes = np.where(two[rep], np.where(part == 0, own_first[rep], rest[rep]), nodes.n_bytes[rep])
+    shift = np.where(part == 1, own_first[rep], 0)
+    base_addr = nodes.n_addr[rep]
+    new_addr = np.where(base_addr >= 0, base_addr + shift[:, None], -1).astype(np.int64)
+
+    # control edges: the parts in order, and every edge from a node's last part to the next's first
+    ptr = dag.ctrl_indptr.astype(np.int64)
+    src0 = np.repeat(np.arange(nn, dtype=np.int64), np.diff(ptr))
+    dst0 = dag.ctrl_indices.astype(np.int64)
+    inner = np.flatnonzero(part == 1)
+    indptr, dst = _csr(np.concatenate([pos[src0 + 1] - 1, inner - 1]), np.concatenate([pos[dst0], inner]),
+                       total)
+
+    def matched(m: I64) -> I64:
+        peer = m[rep]
+        return np.where(peer >= 0, pos[np.maximum(peer, 0)] + part, -1)
+
+    tb_indptr = pos[flat.tb_indptr.astype(np.int64)]
+    new_flat, new_dag = _take(flat, dag, rep, tb_indptr, flat.count[rep], indptr, dst, matched(ms),
+                              matched(mr))
+    out = SlicedNodes(nodes.steps, nodes.slices, new_flat, new_dag, new_addr, new_bytes.astype(np.int64),
+                      nodes.n_peer[rep], nodes.origin[rep], nodes.slice_of[rep])
+    # a part of a split call takes its own steps, a call of one part those of its empty part too
+    node_steps = np.where(two[rep], steps, steps * parts).astype(np.int64)
+    return out, node_steps, np.full(total, steps, dtype=np.int64)

@@ -121,8 +121,9 @@ def test_info_text(run_cli) -> None:
     total = next(line.split() for line in out.splitlines() if line.split()[:1] == ["total"])
     assert int(total[1]) == sum(s.sent_bytes) == 2 * 500000
     assert "MSCCL would not select" not in out  # 250,000 floats divide into 4 chunks
-    # a Simple plan's 250,000-byte chunks: one 2 MiB slice, 8 chunks a call
-    assert "executor slices: 1 of 2097152 B per chunk, calls of up to 8 chunks" in out
+    # a Simple plan's 250,000-byte chunks: one 2 MiB slice, 8 chunks a call, each call in two parts
+    assert ("executor slices: 1 of 2097152 B per chunk, calls of up to 8 chunks, each in 2 parts (the first "
+            "at least 32768 B)") in out
     assert "on the wire" not in out  # a Simple plan moves its payload only
 
 

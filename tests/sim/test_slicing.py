@@ -42,9 +42,10 @@ def test_the_protocols_slices_and_call_limits() -> None:
 
 
 @pytest.mark.parametrize(("protocol", "chunk", "expected"), [
-    ("LL", 32 << 10, Slicing(32 << 10, 1, 1)), ("LL", (32 << 10) + 1, Slicing(32 << 10, 2, 1)),
-    ("LL", 1 << 20, Slicing(32 << 10, 32, 1)), ("Simple", 1 << 20, Slicing(2 << 20, 1, 2)),
-    ("Simple", 4096, Slicing(2 << 20, 1, MSCCL_MAX_COUNT - 1)), ("LL128", 600_000, Slicing(576_000, 2, 1))])
+    ("LL", 32 << 10, Slicing(32 << 10, 1, 1, 1, 0)), ("LL", (32 << 10) + 1, Slicing(32 << 10, 2, 1, 1, 0)),
+    ("LL", 1 << 20, Slicing(32 << 10, 32, 1, 1, 0)), ("Simple", 1 << 20, Slicing(2 << 20, 1, 2, 2, 32 << 10)),
+    ("Simple", 4096, Slicing(2 << 20, 1, MSCCL_MAX_COUNT - 1, 2, 32 << 10)),
+    ("LL128", 600_000, Slicing(576_000, 2, 1, 1, 0))])
 def test_slices_and_calls_follow_the_chunk(protocol: str, chunk: int, expected: Slicing) -> None:
     plan = generate("allgather", 2, protocol=protocol)
     assert executor_slicing(plan, chunk) == expected
@@ -52,9 +53,9 @@ def test_slices_and_calls_follow_the_chunk(protocol: str, chunk: int, expected: 
 
 def test_info_tells_the_slices_at_a_size() -> None:
     plan = generate("allgather", 4, algo="ring", protocol="LL")  # 4 chunks: 1 MiB each at 4 MiB
-    assert summarize(plan, 4 << 20).slicing == Slicing(32 << 10, 32, 1)
-    assert summarize(plan, 4 << 20).to_dict()["executor_slices"] == {"slices": 32, "slice_bytes": 32 << 10,
-                                                                     "max_count": 1}
+    assert summarize(plan, 4 << 20).slicing == Slicing(32 << 10, 32, 1, 1, 0)
+    assert summarize(plan, 4 << 20).to_dict()["executor_slices"] == {
+        "slices": 32, "slice_bytes": 32 << 10, "max_count": 1, "parts_per_call": 1, "part_min_bytes": 0}
     assert summarize(plan).slicing is None  # no size, no chunks to slice
 
 
@@ -142,15 +143,16 @@ def test_a_step_of_many_chunks_is_several_calls(spec) -> None:  # type: ignore[n
     plan = loads(_BIG_SEND)
     size = 8 << 20  # 1 MiB chunks: one slice, two chunks a call, so a send of four is two calls
     pre = _prepare(plan, spec, size, None, SLICED)
-    assert pre.slicing == Slicing(2 << 20, 1, 2)
+    assert pre.slicing == Slicing(2 << 20, 1, 2, 2, 32 << 10)
     assert pre.sliced is not None
-    assert pre.sliced.flat.num_nodes == 8
-    assert sorted(set(pre.sliced.n_bytes.tolist())) == [2 << 20]
+    # and each call of 2 MiB moves in two parts of 1 MiB
+    assert pre.sliced.flat.num_nodes == 16
+    assert sorted(set(pre.sliced.n_bytes.tolist())) == [1 << 20]
     res = simulate(plan, spec, size, options=SLICED)
     whole = simulate(plan, spec, size)
     assert (res.landed_bytes == whole.landed_bytes).all()
     assert res.steps == whole.steps == 4
-    assert res.replay_nodes == 8
+    assert res.replay_nodes == 16
     assert protocol_note(plan, res) is None  # a Simple plan
     # a call fences: the send's second call starts after its first ended
     assert res.time_ns > whole.time_ns >= whole.lower_bound_ns
@@ -176,6 +178,7 @@ def test_slices_of_a_ring_run_in_order(spec, windowed: bool) -> None:  # type: i
     assert protocol_note(plan, res) is None  # LL modelled, sliced or not
     data = res.to_json()
     assert data["executor_slices"] == {"slices": 32, "slice_bytes": 32 << 10, "max_count": 1,
+                                       "parts_per_call": 1, "part_min_bytes": 0,
                                        "replay_nodes": res.replay_nodes}
     # deterministic: the same replay gives the same JSON
     again = simulate(plan, spec, size, options=SimOptions(executor_slices=True, windowed=windowed)).to_json()
@@ -195,12 +198,14 @@ def test_slices_of_a_ring_run_in_order(spec, windowed: bool) -> None:  # type: i
 
 def test_without_slices_to_cut_the_option_changes_nothing(spec) -> None:  # type: ignore[no-untyped-def]
     plan = generate("allreduce", 4)
-    on, off = (simulate(plan, spec, 1 << 18, options=SimOptions(executor_slices=f)).to_json()
+    on, off = (simulate(plan, spec, 1 << 17, options=SimOptions(executor_slices=f)).to_json()
                for f in (True, False))
     for data in (on, off):
         data.pop("wall_s")
+    assert off["chunk_bytes"] <= 32 << 10  # calls of one part
     assert on.pop("executor_slices") == {"slices": 1, "slice_bytes": 2 << 20, "replay_nodes": off["steps"],
-                                         "max_count": (2 << 20) // off["chunk_bytes"]}
+                                         "max_count": (2 << 20) // off["chunk_bytes"], "parts_per_call": 2,
+                                         "part_min_bytes": 32 << 10}
     assert json.dumps(on, sort_keys=True) == json.dumps(off, sort_keys=True)
 
 
