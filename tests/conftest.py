@@ -88,16 +88,24 @@ def msccl_plans() -> list[Path]:
     return sorted(PLANS_MSCCL.glob("*.xml")) + sorted((PLANS_MSCCL / "from-repos").glob("*.xml"))
 
 
-def benchmark_module(name: str) -> ModuleType:
-    """``benchmarks/NAME.py`` (a script, not a package) imported as a module, for tests of its logic."""
-    path = REPO / "benchmarks" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"nuna_bench_{name}", path)
+def _file_module(path: Path, name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
+
+
+def benchmark_module(name: str) -> ModuleType:
+    """``benchmarks/NAME.py`` (a script, not a package) imported as a module, for tests of its logic."""
+    return _file_module(REPO / "benchmarks" / f"{name}.py", f"nuna_bench_{name}")
+
+
+def script_module(name: str) -> ModuleType:
+    """``scripts/NAME.py`` imported as a module, as :func:`benchmark_module` does."""
+    return _file_module(REPO / "scripts" / f"{name}.py", f"nuna_script_{name}")
 
 
 def force_engine_state(monkeypatch: pytest.MonkeyPatch, module: ModuleType, **overrides: Any) -> None:

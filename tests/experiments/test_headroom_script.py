@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import subprocess
@@ -16,17 +15,13 @@ import pytest
 
 from nuna.experiments.spec import expand, load_sweep_spec, parse_sweep_spec
 from nuna.experiments.sweep import run_sweep
+from tests.conftest import script_module
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _script() -> Any:
-    spec = importlib.util.spec_from_file_location("headroom", ROOT / "scripts" / "headroom.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return script_module("headroom")
 
 
 def test_headroom_spec_is_the_documented_grid() -> None:

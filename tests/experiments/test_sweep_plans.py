@@ -4,7 +4,6 @@ configurations, NAR granularities and topologies as generated plans are."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import re
 import shutil
@@ -35,7 +34,7 @@ from nuna.experiments.spec import (
 from nuna.experiments.sweep import load_results, run_sweep, tasks_of
 from nuna.plan.generate import generate
 from nuna.plan.xml import load, save
-from tests.conftest import PLANS_MSCCL
+from tests.conftest import PLANS_MSCCL, script_module
 
 REPO = Path(__file__).resolve().parents[2]
 #: the smallest real plan of the shared corpus: a 2-GPU ring allgather of msccl-tools
@@ -145,11 +144,7 @@ def test_labels_figures_and_the_headroom_script_read_plan_records(plan_sweep: tu
     assert [t.get_text() for t in legend.get_texts()] == ["the plan files' threadblocks"]
     assert "fastest of" not in figure.get_suptitle()
     # scripts/headroom.py: a row per plan, told apart by a plan column
-    module_spec = importlib.util.spec_from_file_location("headroom", REPO / "scripts" / "headroom.py")
-    assert module_spec is not None
-    assert module_spec.loader is not None
-    headroom = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(headroom)
+    headroom = script_module("headroom")
     rows = headroom.headroom_rows(out)
     assert sorted(r["inputs"]["plan"] for r in rows) == sorted(_files(folder))
     # floors recomputed from the plan files found again (by file name and bytes) are the stored ones

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -13,17 +12,11 @@ from nuna.plan.generate import generate
 from nuna.plan.xml import save
 from nuna.sim import SimOptions, simulate
 from nuna.topology.spec import load_topology
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.conftest import script_module
 
 
 def _script() -> Any:
-    spec = importlib.util.spec_from_file_location("slices_corpus", ROOT / "scripts" / "slices_corpus.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return script_module("slices_corpus")
 
 
 def test_the_script_replays_each_plan_of_its_protocols_both_ways(tmp_path: Path,
