@@ -63,21 +63,21 @@ def credit_sources(dag: ReplayDag, depth: int) -> I64:
     return out
 
 
-def credit_sources_by_steps(dag: ReplayDag, node_steps: I64, first_steps: I64) -> I64:
+def credit_sources_by_steps(dag: ReplayDag, node_steps: I64, first_steps: int) -> I64:
     """Per node, the receive-type node whose end lets this send-type node write, counting
     buffer steps: send node ``k`` of a connection takes ``node_steps[k]`` steps from the
     connection's step ``b_k`` (the sum over its earlier sends) and waits before its first part
-    (``first_steps[k]`` steps) until the receiver has freed step ``b_k + first_steps[k] -
-    NCCL_STEPS``, which the end of the first receive whose steps reach there does. A send whose
-    source is its predecessor's gets -1: program order already holds it back. With uniform
-    calls this is :func:`credit_sources` (``depth = NCCL_STEPS // steps per call``)."""
+    (``first_steps`` steps: the protocol's ``StepPerSlice``) until the receiver has freed step
+    ``b_k + first_steps - NCCL_STEPS``, which the end of the first receive whose steps reach
+    there does. A send whose source is its predecessor's gets -1: program order already holds it
+    back. With uniform calls this is :func:`credit_sources` (``depth = NCCL_STEPS // steps per
+    call``)."""
     nn = dag.num_nodes
     out = np.full(nn, -1, dtype=np.int64)
     sends = np.flatnonzero(dag.match_recv >= 0)
     if sends.size == 0:
         return out
     steps = np.asarray(node_steps, dtype=np.int64)[sends]
-    first = np.asarray(first_steps, dtype=np.int64)[sends]
     tb = np.searchsorted(dag.tb_indptr, sends, side="right") - 1
     new_tb = np.ones(sends.size, dtype=bool)
     new_tb[1:] = tb[1:] != tb[:-1]
@@ -87,12 +87,11 @@ def credit_sources_by_steps(dag: ReplayDag, node_steps: I64, first_steps: I64) -
     offset = (ends - steps)[tb_start]
     end = ends - offset
     begin = end - steps
-    need = begin + first - NCCL_STEPS
+    need = begin + first_steps - NCCL_STEPS
     # the first send of the connection whose end reaches ``need``: ends increase along a
-    # connection, and a global key keeps connections apart
-    key_end = tb.astype(np.int64) * (int(end.max()) + NCCL_STEPS + 1) + end
-    key_need = tb.astype(np.int64) * (int(end.max()) + NCCL_STEPS + 1) + need
-    src = np.searchsorted(key_end, key_need, side="left")
+    # connection, and a key per connection (threadblock) keeps them apart
+    key = tb.astype(np.int64) * (int(end.max()) + NCCL_STEPS + 1)
+    src = np.searchsorted(key + end, key + need, side="left")
     has = need > 0
     dup = np.zeros(sends.size, dtype=bool)
     dup[1:] = has[1:] & has[:-1] & ~new_tb[1:] & (src[1:] == src[:-1])

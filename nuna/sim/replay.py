@@ -41,7 +41,7 @@ from nuna.plan.flow import credit_sources, credit_sources_by_steps, flow_control
 from nuna.plan.fusion import reduce_fusion
 from nuna.plan.generate import generate
 from nuna.plan.ir import Plan, Protocol
-from nuna.plan.slices import Slicing, executor_slicing
+from nuna.plan.slices import Slicing, executor_slicing, part_steps
 from nuna.plan.verify import SizeFit, gpu_count_mismatch, self_peer_message, self_peer_threadblocks, size_fit
 from nuna.plan.wire import SIMPLE_WIRE, Wire, protocol_wire
 from nuna.sim import engine as eng
@@ -628,12 +628,12 @@ def _prepare(plan: Plan, topology_spec: TopologySpec, size_bytes: int, packet_by
         n_addr, n_bytes = _fuse_reduces(flat, n_addr, n_bytes)
     slicing = executor_slicing(plan, cb, opts.element_bytes) if opts.executor_slices else None
     sliced = None if slicing is None else slice_nodes(flat, dag, n_addr, n_bytes, n_peer, cb, slicing)
-    part_steps: tuple[I64, I64] | None = None
+    conn_steps: I64 | None = None  # with parts: each node's buffer steps on its connection
     if slicing is not None:
         split = split_parts(sliced or identity_nodes(flat, dag, n_addr, n_bytes, n_peer), plan.protocol,
                             opts.element_bytes)
         if split is not None:
-            sliced, part_steps = split[0], (split[1], split[2])
+            sliced, conn_steps = split
     if sliced is not None:
         flat, dag, n_addr, n_peer = sliced.flat, sliced.dag, sliced.n_addr, sliced.n_peer
         n_bytes = sliced.n_bytes
@@ -680,7 +680,8 @@ def _prepare(plan: Plan, topology_spec: TopologySpec, size_bytes: int, packet_by
     floor = max(floor, _step_floor_ns(spec, net, short, dag, flat.code, n_bytes, n_job_ptr, j_cls[:njobs],
                                       psize, fenced=wire.fenced))
     depth = flow_control_depth(plan.protocol)
-    credit = credit_sources(dag, depth) if part_steps is None else credit_sources_by_steps(dag, *part_steps)
+    credit = (credit_sources(dag, depth) if conn_steps is None
+              else credit_sources_by_steps(dag, conn_steps, part_steps(plan.protocol)))
     return _Prepared(dag, flat, n_gpu, tb_cu, layout, n_addr, n_peer, n_bytes, psize, n_job_ptr, njobs,
                      j_bytes, j_cls, net, lb_sent, lower, floor, slicing, sliced, wire, credit, depth)
 

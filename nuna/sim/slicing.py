@@ -148,8 +148,7 @@ def identity_nodes(flat: FlatPlan, dag: ReplayDag, n_addr: I64, n_bytes: I64, n_
                        np.zeros(nn, dtype=np.int64))
 
 
-def split_parts(nodes: SlicedNodes, protocol: Protocol,
-                element_bytes: int) -> tuple[SlicedNodes, I64, I64] | None:
+def split_parts(nodes: SlicedNodes, protocol: Protocol, element_bytes: int) -> tuple[SlicedNodes, I64] | None:
     """Each call of a connection as the parts NCCL's primitives move it in
     (:func:`nuna.plan.slices.first_part_bytes`): a call of a Simple send or receive of more than
     its first part becomes two nodes, the second moving the rest, each fenced and posted on its
@@ -157,9 +156,8 @@ def split_parts(nodes: SlicedNodes, protocol: Protocol,
     large call starts on its first part's data). Local steps stay whole: their parts post to no
     one and do not fence.
 
-    Returns the nodes and, per node, the buffer steps it takes on its connection and those of
-    its first part (for :func:`nuna.plan.flow.credit_sources_by_steps`), or ``None`` when no
-    call has two parts."""
+    Returns the nodes and, per node, the buffer steps it takes on its connection (for
+    :func:`nuna.plan.flow.credit_sources_by_steps`), or ``None`` when no call has two parts."""
     dag, flat = nodes.dag, nodes.flat
     nn = flat.num_nodes
     steps = part_steps(protocol)
@@ -209,5 +207,4 @@ def split_parts(nodes: SlicedNodes, protocol: Protocol,
     out = SlicedNodes(nodes.steps, nodes.slices, new_flat, new_dag, new_addr, new_bytes.astype(np.int64),
                       nodes.n_peer[rep], nodes.origin[rep], nodes.slice_of[rep])
     # a part of a split call takes its own steps, a call of one part those of its empty part too
-    node_steps = np.where(two[rep], steps, steps * parts).astype(np.int64)
-    return out, node_steps, np.full(total, steps, dtype=np.int64)
+    return out, np.where(two[rep], steps, steps * parts).astype(np.int64)

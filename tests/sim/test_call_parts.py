@@ -53,8 +53,7 @@ def test_counted_in_steps_uniform_calls_give_the_depth_rule(collective: str, ngp
     dag = build_dag(generate(collective, ngpus, algo=algo, protocol=protocol))
     proto = Protocol(protocol)
     steps = np.full(dag.num_nodes, call_parts(proto) * part_steps(proto), dtype=np.int64)
-    first = np.full(dag.num_nodes, part_steps(proto), dtype=np.int64)
-    assert np.array_equal(credit_sources_by_steps(dag, steps, first),
+    assert np.array_equal(credit_sources_by_steps(dag, steps, part_steps(proto)),
                           credit_sources(dag, flow_control_depth(proto)))
 
 
@@ -90,10 +89,9 @@ def test_a_part_waits_for_the_receive_that_frees_its_two_steps(spec) -> None:  #
                                            32 * KIB, 32 * KIB, 32 * KIB, 32 * KIB]
     # the sends' steps: [0, 2) [2, 4) [4, 8) [8, 10) [10, 12) [12, 16) [16, 18) [18, 20) [20, 22) [22, 24);
     # a part from step b waits until step b + 2 - 8 is free, i.e. for the first receive ending there
-    recv_of = {int(s): int(dag.match_recv[s]) for s in sends}
+    recv_index = {int(dag.match_recv[s]): i for i, s in enumerate(sends)}
     expected = {3: 0, 4: 1, 5: 2, 6: 3, 7: 4, 8: 5}  # part 9 needs step 16 free, as part 8 does
-    got = {i: int(np.flatnonzero(np.array([recv_of[int(s)] for s in sends]) == pre.credit_source[s])[0])
-           for i, s in enumerate(sends) if pre.credit_source[s] >= 0}
+    got = {i: recv_index[int(pre.credit_source[s])] for i, s in enumerate(sends) if pre.credit_source[s] >= 0}
     assert got == expected
     # every receive frees steps for at most one send
     src = pre.credit_source[pre.credit_source >= 0]
@@ -168,12 +166,8 @@ def test_parts_move_the_same_bytes_above_the_bounds(collective: str, ngpus: int,
         recv = dag.match_recv[send]
         assert (pre.n_bytes[recv] == pre.n_bytes[send]).all()
         assert (sl.slice_of[recv] == sl.slice_of[send]).all()
-        assert (sl.origin[recv] == pre_whole_match(plan, spec, size)[sl.origin[send]]).all()
-
-
-def pre_whole_match(plan, spec, size):  # type: ignore[no-untyped-def]
-    """The unsliced DAG's receive of each plan step (-1 for steps that send nothing)."""
-    return _prepare(plan, spec, size, None, SimOptions()).dag.match_recv
+        whole_recv = _prepare(plan, spec, size, None, SimOptions()).dag.match_recv
+        assert (sl.origin[recv] == whole_recv[sl.origin[send]]).all()
 
 
 def test_parts_keep_windowed_replays_exact(spec) -> None:  # type: ignore[no-untyped-def]
