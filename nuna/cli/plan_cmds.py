@@ -38,8 +38,8 @@ def _err(msg: str) -> None:
     print(f"nuna: error: {one_line(msg)}", file=sys.stderr)
 
 
-def _validate_one(path: Path, strict: bool,
-                  spec: TopologySpec | None) -> tuple[Report, dict[str, Any] | None]:
+def _validate_one(path: Path, strict: bool, spec: TopologySpec | None,
+                  size_bytes: int | None) -> tuple[Report, dict[str, Any] | None]:
     try:
         plan, source = load_with_source(path)
     except NunaError as err:
@@ -51,6 +51,16 @@ def _validate_one(path: Path, strict: bool,
         # named by file, as verify's findings are: several plans may be checked at once
         problems = tuple(f"{path}: {p}" for p in placement_problems(plan, spec))
         report = dataclasses.replace(report, errors=report.errors + problems)
+    if size_bytes is not None and report.ok:
+        # only a plan with a replay DAG and no deadlock step by step has calls to check
+        from nuna.sim.flowcheck import flow_deadlock
+
+        try:
+            found = flow_deadlock(plan, size_bytes)
+        except NunaError as err:  # a plan no size can split into chunks, say
+            found = str(err)
+        if found is not None:
+            report = dataclasses.replace(report, errors=(*report.errors, f"{path}: {found}"))
     s = summarize(plan)
     return report, {"collective": s.collective, "ngpus": s.ngpus, "threadblocks": sum(s.threadblocks_per_gpu),
                     "steps": s.total_steps}
@@ -64,17 +74,22 @@ def validate(
     topology: str | None = typer.Option(None, "--topology", "-t", help="Also check the placement annotations "
                                         "against this chip (name or .toml path): CUs, HBM stacks, NAR "
                                         "granularity."),
+    size: str | None = typer.Option(None, "--size", "-s", help="Also check that the executors' flow control "
+                                    "cannot deadlock the plan at this collective size (100kB, 1GiB, ...), "
+                                    "with its steps run as the executors' slices, calls and parts."),
 ) -> None:
     """Check plans: structure, FIFO matching, deadlock freedom and the collective's result."""
+    size_bytes = _size(size)
     spec = None
     if topology is not None:
         from nuna.topology.spec import load_topology  # only when asked: validate stays light
 
         spec = load_topology(topology)
-    results = [(path, *_validate_one(path, strict, spec)) for path in plans]
+    results = [(path, *_validate_one(path, strict, spec, size_bytes)) for path in plans]
     all_ok = all(report.ok for _, report, _ in results)
     if json_out:
         echo_json({"ok": all_ok, "strict": strict, "topology": None if spec is None else spec.name,
+                   **({} if size_bytes is None else {"size_bytes": size_bytes}),
                    "plans": [{"path": str(path), **report.to_dict(), "summary": info}
                              for path, report, info in results]})
     else:

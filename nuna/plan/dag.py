@@ -115,6 +115,12 @@ class FlatPlan:
         t = int(self.node_tb[node])
         return int(self.tb_gpu_pos[t]), int(self.tb_pos[t]), int(self.node_pos[node])
 
+    def step_name(self, node: int) -> str:
+        """``node`` as messages name a step: ``"gpu 1 tb 0 step 3 (s)"`` (ids and index as in the XML)."""
+        t = int(self.node_tb[node])
+        return (f"gpu {int(self.tb_gpu[t])} tb {int(self.tb_id[t])} step {int(self.index[node])} "
+                f"({STEP_TYPES[int(self.code[node])].value})")
+
 
 @dataclass(frozen=True, slots=True)
 class DagIssue:

@@ -16,7 +16,8 @@ steps), where :func:`credit_sources_by_steps` counts the steps themselves. A pla
 dependencies are acyclic can still deadlock through it: two threadblocks that each send three
 times before they receive from each other wait for each other's credit for ever.
 :func:`with_flow_control` adds the rule's edges so that :func:`nuna.plan.dag.find_cycle` finds
-such deadlocks.
+such deadlocks; :func:`with_credit_edges` adds those of any credit table (``nuna validate --size``
+checks a plan's calls and parts at a size so, ``nuna.sim.flowcheck``).
 """
 
 from __future__ import annotations
@@ -100,11 +101,23 @@ def credit_sources_by_steps(dag: ReplayDag, node_steps: I64, first_steps: int) -
     return out
 
 
-def with_flow_control(dag: ReplayDag, depth: int) -> ReplayDag:
+def flow_rule_text(protocol: Protocol, by_steps: bool) -> str:
+    """The rule a deadlock message cites: in sends (:func:`credit_sources`, a node a call) or,
+    when nodes are the parts of calls (:func:`credit_sources_by_steps`), in buffer steps."""
+    if not by_steps:
+        return (f"a sender runs at most {flow_control_depth(protocol)} sends ahead of its receiver on a "
+                "connection")
+    per_call = _STEPS_PER_CALL[protocol]
+    parts = " in parts of 2" if protocol is Protocol.SIMPLE else ""
+    return (f"a sender writes at most {NCCL_STEPS} buffer steps ahead of those its receiver has freed on a "
+            f"connection, a call taking {per_call} step{'s' * (per_call != 1)}{parts}")
+
+
+def with_credit_edges(dag: ReplayDag, credit: I64) -> ReplayDag:
     """``dag`` with a control edge from each receive-type node to the send-type node its end
-    gives a credit to (:func:`credit_sources`): for cycle and level analyses. The replay keeps
-    these edges apart (a credit crosses the network: it takes time and another GPU's queue)."""
-    credit = credit_sources(dag, depth)
+    gives a credit to (``credit``: per node its source or -1, as :func:`credit_sources` gives
+    it): for cycle and level analyses. The replay keeps these edges apart (a credit crosses the
+    network: it takes time and another GPU's queue)."""
     dst = np.flatnonzero(credit >= 0)
     if dst.size == 0:
         return dag
@@ -119,3 +132,8 @@ def with_flow_control(dag: ReplayDag, depth: int) -> ReplayDag:
     np.cumsum(np.bincount(src, minlength=nn), out=indptr[1:])
     return dataclasses.replace(dag, ctrl_indptr=indptr.astype(np.int32), ctrl_indices=tgt.astype(np.int32),
                                ctrl_indegree=np.bincount(tgt, minlength=nn).astype(np.int32))
+
+
+def with_flow_control(dag: ReplayDag, depth: int) -> ReplayDag:
+    """``dag`` with the credit edges of the depth rule (:func:`with_credit_edges`)."""
+    return with_credit_edges(dag, credit_sources(dag, depth))

@@ -13,15 +13,18 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from nuna.sim.flowcheck import flow_deadlock
     from nuna.sim.noc import NocResult, run_noc
     from nuna.sim.replay import SimOptions, load_kernels, placement_bounds, simulate
     from nuna.sim.result import SimResult
 
 _HOME = {"NocResult": "nuna.sim.noc", "run_noc": "nuna.sim.noc", "SimOptions": "nuna.sim.replay",
          "simulate": "nuna.sim.replay", "load_kernels": "nuna.sim.replay",
-         "placement_bounds": "nuna.sim.replay", "SimResult": "nuna.sim.result"}
+         "placement_bounds": "nuna.sim.replay", "SimResult": "nuna.sim.result",
+         "flow_deadlock": "nuna.sim.flowcheck"}
 
-__all__ = ["NocResult", "SimOptions", "SimResult", "load_kernels", "placement_bounds", "run_noc", "simulate"]
+__all__ = ["NocResult", "SimOptions", "SimResult", "flow_deadlock", "load_kernels", "placement_bounds",
+           "run_noc", "simulate"]
 
 
 def __getattr__(name: str) -> Any:

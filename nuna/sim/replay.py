@@ -36,12 +36,12 @@ import numpy as np
 import numpy.typing as npt
 
 from nuna.errors import SimulationError, UsageError
-from nuna.plan.dag import NONE, STEP_TYPES, FlatPlan, ReplayDag, build_dag, finish_times, flatten
-from nuna.plan.flow import credit_sources, credit_sources_by_steps, flow_control_depth
+from nuna.plan.dag import NONE, FlatPlan, ReplayDag, build_dag, finish_times, flatten
+from nuna.plan.flow import credit_sources, flow_control_depth, flow_rule_text
 from nuna.plan.fusion import reduce_fusion
 from nuna.plan.generate import generate
 from nuna.plan.ir import Plan, Protocol
-from nuna.plan.slices import Slicing, executor_slicing, part_steps
+from nuna.plan.slices import Slicing, executor_slicing
 from nuna.plan.verify import SizeFit, gpu_count_mismatch, self_peer_message, self_peer_threadblocks, size_fit
 from nuna.plan.wire import SIMPLE_WIRE, Wire, protocol_wire
 from nuna.sim import engine as eng
@@ -57,7 +57,7 @@ from nuna.sim.network import (
     router_params_problem,
 )
 from nuna.sim.result import PORT_WAIT_CLASSES, ChipLinkTable, LatencyStats, SimResult, Skip
-from nuna.sim.slicing import SlicedNodes, identity_nodes, slice_nodes, split_parts
+from nuna.sim.slicing import SlicedNodes, executor_nodes, piece_label
 from nuna.topology.address import nar_port_table, stack_domains, store_domains_by_cu
 from nuna.topology.build import local_node
 from nuna.topology.fit import MAX_PACKET_BYTES, packet_cap_problem, packet_problem
@@ -152,12 +152,6 @@ def _pod_net(spec: TopologySpec, ngpus: int, router: RouterParams | None, elemen
     return build_pod_net(spec, ngpus, router, element_bytes, issue_queue)
 
 
-def _step_name(flat: FlatPlan, n: int) -> str:
-    t = int(flat.node_tb[n])
-    return (f"gpu {int(flat.tb_gpu[t])} tb {int(flat.tb_id[t])} step {int(flat.index[n])} "
-            f"({STEP_TYPES[int(flat.code[n])].value})")
-
-
 def _check_operands(flat: FlatPlan, plan: Plan, n_gpu: I64) -> None:
     """Every operand a step reads or writes must lie inside its buffer (executors do not check
     ``off + cnt``; the simulator must, or it would read another buffer's pages)."""
@@ -173,7 +167,7 @@ def _check_operands(flat: FlatPlan, plan: Plan, n_gpu: I64) -> None:
             if b < 0 or off == NONE or off < 0 or off + cnt > chunks[g][b]:
                 size = chunks[g][b] if b >= 0 else 0
                 where = f"{'ios'[b]}[{off}..{off + cnt})" if b >= 0 and off != NONE else "no buffer"
-                raise SimulationError(f"{_step_name(flat, n)} {which} {where}, outside its buffer of "
+                raise SimulationError(f"{flat.step_name(n)} {which} {where}, outside its buffer of "
                                       f"{size} chunks")
 
 
@@ -486,7 +480,14 @@ def _edge_name(net: PodNet, gpu: int, local: int) -> str:
     return f"virtual({gpu}, {local})"
 
 
-def _deadlock_message(flat: FlatPlan, dag: ReplayDag, R: Any, credit: I64, depth: int) -> str:
+def _deadlock_message(flat: FlatPlan, dag: ReplayDag, R: Any, credit: I64, rule: str,
+                      nodes: SlicedNodes | None) -> str:
+    """Which threadblocks a replay that stopped short left blocked, and on what; ``rule``: the
+    flow-control rule to cite, ``nodes``: the pieces of steps the replay ran, if any."""
+
+    def name(n: int) -> str:
+        return flat.step_name(n) + ("" if nodes is None else piece_label(nodes, n))
+
     state = R.n_state
     undone = np.flatnonzero(state != eng.N_DONE)
     # control predecessors of every node
@@ -501,21 +502,20 @@ def _deadlock_message(flat: FlatPlan, dag: ReplayDag, R: Any, credit: I64, depth
         n = lo + int(np.argmax(state[lo:hi] != eng.N_DONE))
         if R.n_indeg[n] > 0:
             preds = src[(dst == n) & (state[src] != eng.N_DONE)]
-            what = [_step_name(flat, int(p)) for p in preds[:3]]
+            what = [name(int(p)) for p in preds[:3]]
             c = int(credit[n])
             if c >= 0 and state[c] != eng.N_DONE:
-                what.append(f"the flow-control credit of {_step_name(flat, c)}")
+                what.append(f"the flow-control credit of {name(c)}")
                 credits = True
-            blocked.append(f"{_step_name(flat, n)} waits for {', '.join(what)}")
+            blocked.append(f"{name(n)} waits for {', '.join(what)}")
         elif state[n] == eng.N_DATA:
             s = int(dag.match_send[n])
-            blocked.append(f"{_step_name(flat, n)} waits for data from {_step_name(flat, s)}")
+            blocked.append(f"{name(n)} waits for data from {name(s)}")
         else:
-            blocked.append(f"{_step_name(flat, n)} is stuck moving data")
+            blocked.append(f"{name(n)} is stuck moving data")
     more = f" (and {len(blocked) - 6} more)" if len(blocked) > 6 else ""
     count = f"{len(tbs)} threadblock{'s' * (len(tbs) != 1)}"
-    why = (f" (flow control: a sender runs at most {depth} sends ahead of its receiver on a connection; "
-           f"--no-flow-control replays without it)") if credits else ""
+    why = f" (flow control: {rule}; --no-flow-control replays without it)" if credits else ""
     return f"deadlock: {count} cannot finish: " + "; ".join(blocked[:6]) + more + why
 
 
@@ -549,6 +549,7 @@ class _Prepared:
     # sender may run ahead of its receiver on a connection
     credit_source: I64
     flow_depth: int
+    flow_rule: str  # the rule as a deadlock message cites it (nuna.plan.flow.flow_rule_text)
 
 
 #: ``SimOptions`` counts: (least, most). The upper bounds keep a replay's allocations and int64 byte
@@ -627,13 +628,12 @@ def _prepare(plan: Plan, topology_spec: TopologySpec, size_bytes: int, packet_by
     if opts.reduce_fusion:
         n_addr, n_bytes = _fuse_reduces(flat, n_addr, n_bytes)
     slicing = executor_slicing(plan, cb, opts.element_bytes) if opts.executor_slices else None
-    sliced = None if slicing is None else slice_nodes(flat, dag, n_addr, n_bytes, n_peer, cb, slicing)
-    conn_steps: I64 | None = None  # with parts: each node's buffer steps on its connection
-    if slicing is not None:
-        split = split_parts(sliced or identity_nodes(flat, dag, n_addr, n_bytes, n_peer), plan.protocol,
-                            opts.element_bytes)
-        if split is not None:
-            sliced, conn_steps = split
+    sliced: SlicedNodes | None = None
+    if slicing is None:
+        credit = credit_sources(dag, flow_control_depth(plan.protocol))
+    else:
+        sliced, credit = executor_nodes(flat, dag, n_addr, n_bytes, n_peer, cb, slicing, plan.protocol,
+                                        opts.element_bytes)
     if sliced is not None:
         flat, dag, n_addr, n_peer = sliced.flat, sliced.dag, sliced.n_addr, sliced.n_peer
         n_bytes = sliced.n_bytes
@@ -680,10 +680,9 @@ def _prepare(plan: Plan, topology_spec: TopologySpec, size_bytes: int, packet_by
     floor = max(floor, _step_floor_ns(spec, net, short, dag, flat.code, n_bytes, n_job_ptr, j_cls[:njobs],
                                       psize, fenced=wire.fenced))
     depth = flow_control_depth(plan.protocol)
-    credit = (credit_sources(dag, depth) if conn_steps is None
-              else credit_sources_by_steps(dag, conn_steps, part_steps(plan.protocol)))
+    rule = flow_rule_text(plan.protocol, by_steps=sliced is not None and bool(sliced.part_of.any()))
     return _Prepared(dag, flat, n_gpu, tb_cu, layout, n_addr, n_peer, n_bytes, psize, n_job_ptr, njobs,
-                     j_bytes, j_cls, net, lb_sent, lower, floor, slicing, sliced, wire, credit, depth)
+                     j_bytes, j_cls, net, lb_sent, lower, floor, slicing, sliced, wire, credit, depth, rule)
 
 
 def placement_bounds(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *,
@@ -801,7 +800,7 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *,
                               f"({int(st.ctr[eng.C_FOREIGN])} grants outside their GPU's window, "
                               f"{int(R.rc[eng.R_LATE])} events posted into a finished window)")
     if R.rc[eng.R_DONE] < nn:
-        raise SimulationError(_deadlock_message(flat, dag, R, credit, pre.flow_depth))
+        raise SimulationError(_deadlock_message(flat, dag, R, credit, pre.flow_rule, pre.sliced))
     # sends the credit held back: ready only when it came (exact in the engine's clock, before
     # fast-forward's shift)
     held = int(np.count_nonzero(R.n_t_ready[waits] == R.n_t_end[credit[waits]] + credit_ns[credit[waits]]))

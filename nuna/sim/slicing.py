@@ -22,6 +22,7 @@ import numpy.typing as npt
 
 from nuna.errors import SimulationError
 from nuna.plan.dag import FlatPlan, ReplayDag
+from nuna.plan.flow import credit_sources, credit_sources_by_steps, flow_control_depth
 from nuna.plan.ir import Protocol
 from nuna.plan.slices import Slicing, call_parts, first_part_bytes, part_steps
 
@@ -31,7 +32,8 @@ I64 = npt.NDArray[np.int64]
 @dataclass(frozen=True, eq=False)
 class SlicedNodes:
     """The replay's nodes after slicing. ``origin[q]`` is the plan step (node of the unsliced
-    DAG, of ``steps``) that node ``q`` is part of, ``slice_of[q]`` its slice (of ``slices``)."""
+    DAG, of ``steps``) that node ``q`` is part of, ``slice_of[q]`` its slice (of ``slices``),
+    ``call_of[q]`` its primitive call in that slice and ``part_of[q]`` its part of that call."""
 
     steps: int
     slices: int
@@ -42,6 +44,8 @@ class SlicedNodes:
     n_peer: I64
     origin: I64
     slice_of: I64
+    call_of: I64
+    part_of: I64
 
 
 def slice_nodes(flat: FlatPlan, dag: ReplayDag, n_addr: I64, n_bytes: I64, n_peer: I64, chunk_bytes: int,
@@ -112,7 +116,8 @@ def slice_nodes(flat: FlatPlan, dag: ReplayDag, n_addr: I64, n_bytes: I64, n_pee
     tb_indptr = S * tb_base
     new_flat, new_dag = _take(flat, dag, origin, tb_indptr, this_count, indptr, dst,
                               matched(dag.match_send), matched(dag.match_recv))
-    return SlicedNodes(nn, S, new_flat, new_dag, new_addr, new_bytes, n_peer[origin], origin, sl)
+    return SlicedNodes(nn, S, new_flat, new_dag, new_addr, new_bytes, n_peer[origin], origin, sl, call,
+                       np.zeros(total, dtype=np.int64))
 
 
 def _csr(src: I64, dst: I64, total: int) -> tuple[I64, I64]:
@@ -144,8 +149,9 @@ def _take(flat: FlatPlan, dag: ReplayDag, rep: I64, tb_indptr: I64, count: I64, 
 def identity_nodes(flat: FlatPlan, dag: ReplayDag, n_addr: I64, n_bytes: I64, n_peer: I64) -> SlicedNodes:
     """The unsliced nodes as :class:`SlicedNodes` (one slice, a node per step)."""
     nn = flat.num_nodes
-    return SlicedNodes(nn, 1, flat, dag, n_addr, n_bytes, n_peer, np.arange(nn, dtype=np.int64),
-                       np.zeros(nn, dtype=np.int64))
+    zero = np.zeros(nn, dtype=np.int64)
+    return SlicedNodes(nn, 1, flat, dag, n_addr, n_bytes, n_peer, np.arange(nn, dtype=np.int64), zero, zero,
+                       zero)
 
 
 def split_parts(nodes: SlicedNodes, protocol: Protocol, element_bytes: int) -> tuple[SlicedNodes, I64] | None:
@@ -205,6 +211,34 @@ def split_parts(nodes: SlicedNodes, protocol: Protocol, element_bytes: int) -> t
     new_flat, new_dag = _take(flat, dag, rep, tb_indptr, flat.count[rep], indptr, dst, matched(ms),
                               matched(mr))
     out = SlicedNodes(nodes.steps, nodes.slices, new_flat, new_dag, new_addr, new_bytes.astype(np.int64),
-                      nodes.n_peer[rep], nodes.origin[rep], nodes.slice_of[rep])
+                      nodes.n_peer[rep], nodes.origin[rep], nodes.slice_of[rep], nodes.call_of[rep], part)
     # a part of a split call takes its own steps, a call of one part those of its empty part too
     return out, np.where(two[rep], steps, steps * parts).astype(np.int64)
+
+
+def executor_nodes(flat: FlatPlan, dag: ReplayDag, n_addr: I64, n_bytes: I64, n_peer: I64, chunk_bytes: int,
+                   slicing: Slicing, protocol: Protocol,
+                   element_bytes: int) -> tuple[SlicedNodes | None, I64]:
+    """The nodes the executors run a plan's steps as (:func:`slice_nodes`, then
+    :func:`split_parts`; ``None`` when those are the steps themselves) and, per node, the
+    receive-type node whose end gives it its flow-control credit (-1 for none): by buffer steps
+    when calls come in parts (:func:`nuna.plan.flow.credit_sources_by_steps`), else by calls."""
+    sliced = slice_nodes(flat, dag, n_addr, n_bytes, n_peer, chunk_bytes, slicing)
+    split = split_parts(sliced or identity_nodes(flat, dag, n_addr, n_bytes, n_peer), protocol, element_bytes)
+    if split is not None:
+        nodes, conn_steps = split
+        return nodes, credit_sources_by_steps(nodes.dag, conn_steps, part_steps(protocol))
+    out_dag = dag if sliced is None else sliced.dag
+    return sliced, credit_sources(out_dag, flow_control_depth(protocol))
+
+
+def piece_label(nodes: SlicedNodes, q: int) -> str:
+    """Which piece of its plan step node ``q`` is, for messages: ``" (slice 2 of 2, call 1 of
+    3, part 2 of 2)"``, naming only what a step has more than one of ("" for a whole step)."""
+    same_step = (nodes.origin == nodes.origin[q]) & (nodes.slice_of == nodes.slice_of[q])
+    same_call = same_step & (nodes.call_of == nodes.call_of[q])
+    what = [("slice", int(nodes.slice_of[q]), nodes.slices),
+            ("call", int(nodes.call_of[q]), int(nodes.call_of[same_step].max()) + 1),
+            ("part", int(nodes.part_of[q]), int(same_call.sum()))]
+    named = [f"{name} {k + 1} of {n}" for name, k, n in what if n > 1]
+    return f" ({', '.join(named)})" if named else ""

@@ -126,10 +126,10 @@ def test_a_step_whose_data_movement_never_ends_is_stuck_moving_data() -> None:
     assert dag.match_send[recv] == send
     state = np.array([eng.N_RUN, eng.N_DATA], dtype=np.int8)
     replay = SimpleNamespace(n_state=state, n_indeg=np.zeros(2, dtype=np.int64))
-    message = _deadlock_message(flat, dag, replay, np.full(2, -1, dtype=np.int64), 2)
+    message = _deadlock_message(flat, dag, replay, np.full(2, -1, dtype=np.int64), "", None)
     assert message == ("deadlock: 2 threadblocks cannot finish: gpu 0 tb 0 step 0 (s) is stuck moving data; "
                        "gpu 1 tb 0 step 0 (r) waits for data from gpu 0 tb 0 step 0 (s)")
     # a step queued but never started (ready, yet still N_WAIT) is reported the same way
     replay.n_state = np.array([eng.N_WAIT, eng.N_DONE], dtype=np.int8)
-    message = _deadlock_message(flat, dag, replay, np.full(2, -1, dtype=np.int64), 2)
+    message = _deadlock_message(flat, dag, replay, np.full(2, -1, dtype=np.int64), "", None)
     assert message == "deadlock: 1 threadblock cannot finish: gpu 0 tb 0 step 0 (s) is stuck moving data"
