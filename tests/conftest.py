@@ -88,6 +88,27 @@ def msccl_plans() -> list[Path]:
     return sorted(PLANS_MSCCL.glob("*.xml")) + sorted((PLANS_MSCCL / "from-repos").glob("*.xml"))
 
 
+def pingpong(sends: int, proto: str = "Simple", cnt: int = 1) -> str:
+    """Plan XML of two GPUs whose one threadblock each sends ``sends`` steps of ``cnt`` chunks to
+    the other, then receives the other's as many: acyclic, but each receive comes after all of
+    its threadblock's sends (a flow-control deadlock past the depth, or at the sizes that split
+    a step into more calls than a connection's ring holds)."""
+    gpus = []
+    for g in range(2):
+        p = 1 - g
+        kinds = ["s"] * sends + ["r"] * sends
+        offs = [(g * sends + k) * cnt for k in range(sends)] + [(p * sends + k) * cnt for k in range(sends)]
+        steps = "".join(f'<step s="{i}" type="{kind}" srcbuf="o" srcoff="{o}" dstbuf="o" dstoff="{o}" '
+                        f'cnt="{cnt}" depid="-1" deps="-1" hasdep="0"/>'
+                        for i, (kind, o) in enumerate(zip(kinds, offs, strict=True)))
+        gpus.append(f'<gpu id="{g}" i_chunks="{sends * cnt}" o_chunks="{2 * sends * cnt}" s_chunks="0">'
+                    f'<tb id="0" send="{p}" recv="{p}" chan="0">{steps}</tb></gpu>')
+    name = f"pp{sends}" if cnt == 1 else f"pp{sends}x{cnt}"
+    return (f'<algo name="{name}" proto="{proto}" nchannels="1" nchunksperloop="{2 * sends * cnt}" ngpus="2" '
+            f'coll="allgather" inplace="1" outofplace="0" minBytes="0" maxBytes="0">' + "".join(gpus)
+            + "</algo>")
+
+
 def _file_module(path: Path, name: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None

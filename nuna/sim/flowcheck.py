@@ -66,7 +66,7 @@ def flow_deadlock(plan: Plan, size_bytes: int, element_bytes: int = 4, *,
     names = [run_flat.step_name(n) + ("" if nodes is None else piece_label(nodes, n)) for n in cycle]
     shown = names if len(names) <= _SHOWN else [*names[: _SHOWN // 2], "...", *names[-_SHOWN // 2:]]
     kind = "cross-GPU deadlock" if len({int(run_dag.node_gpu[n]) for n in cycle}) > 1 else "deadlock"
-    rule = flow_rule_text(plan.protocol, by_steps=nodes is not None and bool(nodes.part_of.any()))
+    rule = flow_rule_text(plan.protocol, by_steps=nodes is not None and nodes.in_parts)
     slices = f"{S} slice{'s' * (S != 1)}"
     calls = f"calls of up to {slicing.max_count} chunk{'s' * (slicing.max_count != 1)}"
     return (f"deadlock at {size_bytes} B ({cb} B chunks, {slices}, {calls}): {kind} of {len(cycle)} calls "

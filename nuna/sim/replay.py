@@ -680,7 +680,7 @@ def _prepare(plan: Plan, topology_spec: TopologySpec, size_bytes: int, packet_by
     floor = max(floor, _step_floor_ns(spec, net, short, dag, flat.code, n_bytes, n_job_ptr, j_cls[:njobs],
                                       psize, fenced=wire.fenced))
     depth = flow_control_depth(plan.protocol)
-    rule = flow_rule_text(plan.protocol, by_steps=sliced is not None and bool(sliced.part_of.any()))
+    rule = flow_rule_text(plan.protocol, by_steps=sliced is not None and sliced.in_parts)
     return _Prepared(dag, flat, n_gpu, tb_cu, layout, n_addr, n_peer, n_bytes, psize, n_job_ptr, njobs,
                      j_bytes, j_cls, net, lb_sent, lower, floor, slicing, sliced, wire, credit, depth, rule)
 

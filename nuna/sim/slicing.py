@@ -47,6 +47,11 @@ class SlicedNodes:
     call_of: I64
     part_of: I64
 
+    @property
+    def in_parts(self) -> bool:
+        """Whether some call moves in two parts (its credits then count buffer steps)."""
+        return bool(self.part_of.any())
+
 
 def slice_nodes(flat: FlatPlan, dag: ReplayDag, n_addr: I64, n_bytes: I64, n_peer: I64, chunk_bytes: int,
                 slicing: Slicing) -> SlicedNodes | None:

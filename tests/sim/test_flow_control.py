@@ -24,7 +24,7 @@ from nuna.sim.fastforward import FastForward
 from nuna.sim.layout import threadblock_cus
 from nuna.sim.replay import _credit_ns, _pod_net, _window_ns
 from nuna.topology.spec import load_topology
-from tests.conftest import PLANS_MSCCL
+from tests.conftest import PLANS_MSCCL, pingpong
 
 NO_FLOW_CONTROL = SimOptions(flow_control=False)
 RING_PLAN = PLANS_MSCCL / "allreduce_ring_n8_c1_i1_Simple.xml"
@@ -33,24 +33,6 @@ RING_PLAN = PLANS_MSCCL / "allreduce_ring_n8_c1_i1_Simple.xml"
 @pytest.fixture(scope="module")
 def spec():  # type: ignore[no-untyped-def]
     return load_topology("nuna-4die")
-
-
-def pingpong(sends: int, proto: str = "Simple") -> str:
-    """Two GPUs whose one threadblock each sends ``sends`` chunks to the other, then receives
-    the other's: acyclic, but each receive comes after all of its threadblock's sends."""
-    gpus = []
-    for g in range(2):
-        p = 1 - g
-        kinds = ["s"] * sends + ["r"] * sends
-        offs = [g * sends + k for k in range(sends)] + [p * sends + k for k in range(sends)]
-        steps = "".join(f'<step s="{i}" type="{kind}" srcbuf="o" srcoff="{o}" dstbuf="o" dstoff="{o}" '
-                        f'cnt="1" depid="-1" deps="-1" hasdep="0"/>'
-                        for i, (kind, o) in enumerate(zip(kinds, offs, strict=True)))
-        gpus.append(f'<gpu id="{g}" i_chunks="{sends}" o_chunks="{2 * sends}" s_chunks="0">'
-                    f'<tb id="0" send="{p}" recv="{p}" chan="0">{steps}</tb></gpu>')
-    return (f'<algo name="pp{sends}" proto="{proto}" nchannels="1" nchunksperloop="{2 * sends}" ngpus="2" '
-            f'coll="allgather" inplace="1" outofplace="0" minBytes="0" maxBytes="0">' + "".join(gpus)
-            + "</algo>")
 
 
 def test_the_depths_are_the_executors() -> None:

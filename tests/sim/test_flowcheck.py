@@ -20,7 +20,7 @@ from nuna.plan.xml import loads
 from nuna.sim import SimOptions, simulate
 from nuna.sim.flowcheck import flow_deadlock
 from nuna.topology.spec import load_topology
-from tests.conftest import PLANS_MSCCL
+from tests.conftest import PLANS_MSCCL, pingpong
 
 MIB = 1 << 20
 ALLPAIRS = PLANS_MSCCL / "reducescatter_allpairs_n8_i1_Simple.xml"
@@ -33,20 +33,8 @@ def spec():  # type: ignore[no-untyped-def]
 
 def exchange(cnt: int, proto: str = "Simple") -> str:
     """Two GPUs whose one threadblock each sends one step of ``cnt`` chunks to the other, then
-    receives the other's: one send and one receive per connection, so free of deadlocks step by
-    step; with ``2 * cnt`` chunks per loop."""
-    gpus = []
-    for g in range(2):
-        p = 1 - g
-        steps = "".join(
-            f'<step s="{i}" type="{kind}" srcbuf="o" srcoff="{o * cnt}" dstbuf="o" dstoff="{o * cnt}" '
-            f'cnt="{cnt}" depid="-1" deps="-1" hasdep="0"/>'
-            for i, (kind, o) in enumerate((("s", g), ("r", p))))
-        gpus.append(f'<gpu id="{g}" i_chunks="{cnt}" o_chunks="{2 * cnt}" s_chunks="0">'
-                    f'<tb id="0" send="{p}" recv="{p}" chan="0">{steps}</tb></gpu>')
-    return (f'<algo name="x{cnt}" proto="{proto}" nchannels="1" nchunksperloop="{2 * cnt}" ngpus="2" '
-            f'coll="allgather" inplace="1" outofplace="0" minBytes="0" maxBytes="0">' + "".join(gpus)
-            + "</algo>")
+    receives the other's: free of deadlocks step by step."""
+    return pingpong(1, proto, cnt)
 
 
 def test_a_step_of_more_calls_than_the_ring_holds_deadlocks_at_its_size() -> None:
