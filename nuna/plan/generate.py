@@ -34,6 +34,13 @@ peer-major: peers in increasing rank order, then ``k``.
   16 sources, as many as the executors' kernel takes (:mod:`nuna.plan.fusion`).
 * allreduce = that reduce-scatter followed by a direct all-gather of the reduced slices, in
   the same threadblocks; a non-reducer's all-gather send depends on the reducer's last step.
+* With ``C > K`` a step moves ``C/K`` chunks, which the executors run as several primitive
+  calls once a chunk exceeds ``2 MiB / (C/K)`` (Simple); from three calls a threadblock's send
+  step outruns its connection's 8 buffer steps before it receives the peer's, and both wait for
+  ever (``nuna validate --size``, :mod:`nuna.sim.flowcheck`, finds the sizes). The rings' steps
+  of ``C/channels`` chunks hang from two calls: every GPU's first send fills the ring, and its
+  forward then waits for the next GPU's, which waits for its own next. With the default
+  ``C = K`` (``channels``) a step is one chunk, one call at any size.
 
 ``ring`` (``channels`` rings, one threadblock per ring per GPU, send to ``g+1``, receive from
 ``g-1``, ring ``c`` on channel ``c`` moving sub-slice ``c`` of every slice):
