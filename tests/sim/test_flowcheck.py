@@ -137,3 +137,15 @@ def test_validate_size_reports_the_deadlock_and_its_size(run_cli, tmp_path: Path
     bad_size = run_cli("validate", path, "--size", "lots")
     assert bad_size.code != 0
     assert "Traceback" not in bad_size.err
+
+
+@pytest.mark.parametrize("algo", ["direct", "ring"])
+@pytest.mark.parametrize("collective", ["allgather", "allreduce", "alltoall", "reducescatter"])
+def test_generated_plans_of_one_chunk_per_step_never_hang(collective: str, algo: str) -> None:
+    # a step of one chunk is one call at any size, and the generators keep every connection
+    # within the depth step by step
+    for ngpus, protocol, tbs in [(2, "Simple", 1), (3, "LL", 1), (5, "Simple", 2), (8, "LL128", 1)]:
+        plan = generate(collective, ngpus, algo=algo, protocol=protocol,
+                        tbs_per_peer=tbs if algo == "direct" else 1)
+        for size in (100 * 1024, 4 * MIB, 100 * MIB, 1 << 30):
+            assert flow_deadlock(plan, size) is None, (ngpus, protocol, tbs, size)
