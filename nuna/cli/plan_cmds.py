@@ -55,10 +55,7 @@ def _validate_one(path: Path, strict: bool, spec: TopologySpec | None,
         # only a plan with a replay DAG and no deadlock step by step has calls to check
         from nuna.sim.flowcheck import flow_deadlock
 
-        try:
-            found = flow_deadlock(plan, size_bytes)
-        except NunaError as err:  # a plan no size can split into chunks, say
-            found = str(err)
+        found = flow_deadlock(plan, size_bytes)
         if found is not None:
             report = dataclasses.replace(report, errors=(*report.errors, f"{path}: {found}"))
     s = summarize(plan)

@@ -491,6 +491,13 @@ def finish_times(dag: ReplayDag, duration: npt.ArrayLike) -> npt.NDArray[np.floa
     return finish
 
 
+def cycle_path(names: list[str], limit: int = 16) -> str:
+    """A cycle's node names as messages show them: in edge order and back to the first, only the
+    first and last ``limit // 2`` of a longer one."""
+    shown = names if len(names) <= limit else [*names[: limit // 2], "...", *names[-(limit // 2):]]
+    return " -> ".join([*shown, names[0]])
+
+
 def find_cycle(dag: ReplayDag) -> list[int] | None:
     """A cycle of the replay DAG (control + data edges) as a node list in edge order, or ``None``
     when the graph is acyclic. Deterministic: it starts from the lowest unreachable node."""

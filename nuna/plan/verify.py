@@ -43,10 +43,11 @@ from nuna.plan.dag import (
     ReplayDag,
     _groups,
     analyze,
+    cycle_path,
     find_cycle,
     flatten,
 )
-from nuna.plan.flow import credit_sources, flow_control_depth, with_flow_control
+from nuna.plan.flow import credit_sources, flow_control_depth, flow_rule_text, with_flow_control
 from nuna.plan.fusion import MAX_REDUCE_FUSION, ReduceFusion, reduce_fusion
 from nuna.plan.ir import Buffer, Collective, Plan, StepType
 from nuna.plan.slices import Slicing, executor_slicing
@@ -232,7 +233,7 @@ def verify(plan: Plan, *, strict: bool = False, source: SourceMap | None = None,
     depth = flow_control_depth(plan.protocol)
     cycle = find_cycle(with_flow_control(dag, depth))
     if cycle is not None:
-        f.error(_cycle_message(flat, dag, cycle, f, flow_depth=depth))
+        f.error(_cycle_message(flat, dag, cycle, f, through_flow_control=True))
         return f.report(strict)
     if semantics:
         _run_semantics(plan, dag, f)
@@ -639,9 +640,9 @@ def _check_placement(plan: Plan, f: _Findings) -> None:
 
 
 def _cycle_message(flat: FlatPlan, dag: ReplayDag, cycle: list[int], f: _Findings,
-                   flow_depth: int | None = None) -> str:
-    """The deadlock message for ``cycle``; ``flow_depth``: the cycle closes only through the
-    executors' flow control, which lets a sender run that many sends ahead of its receiver."""
+                   through_flow_control: bool = False) -> str:
+    """The deadlock message for ``cycle``; ``through_flow_control``: the cycle closes only
+    through the executors' flow control (the depth rule, step by step)."""
     plan = f.plan
 
     def name(n: int) -> str:
@@ -651,14 +652,12 @@ def _cycle_message(flat: FlatPlan, dag: ReplayDag, cycle: list[int], f: _Finding
         return f"gpu {g.id} tb {tb.id} step {tb.steps[si].index}"
 
     names = [name(n) for n in cycle]
-    limit = 16
-    shown = names if len(names) <= limit else [*names[: limit // 2], "...", *names[-limit // 2:]]
     kind = "cross-GPU deadlock" if len({int(dag.node_gpu[n]) for n in cycle}) > 1 else "dependency cycle"
     prefix = f.source.at_step(*flat.step_pos(cycle[0])) if f.source is not None else ""
-    why = "" if flow_depth is None else (
-        f" through the executors' flow control (a sender runs at most {flow_depth} sends ahead of "
-        f"its receiver on a connection; 'nuna simulate --no-flow-control' replays without it)")
-    return f"{prefix}deadlock: {kind} of {len(cycle)} steps{why}: " + " -> ".join([*shown, names[0]])
+    why = "" if not through_flow_control else (
+        f" through the executors' flow control ({flow_rule_text(plan.protocol, by_steps=False)}; "
+        "'nuna simulate --no-flow-control' replays without it)")
+    return f"{prefix}deadlock: {kind} of {len(cycle)} steps{why}: {cycle_path(names)}"
 
 
 def _run_semantics(plan: Plan, dag: ReplayDag, f: _Findings) -> None:

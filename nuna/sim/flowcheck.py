@@ -22,15 +22,12 @@ import dataclasses
 
 import numpy as np
 
-from nuna.plan.dag import STEP_CODE, build_dag, find_cycle, flatten
+from nuna.plan.dag import STEP_CODE, build_dag, cycle_path, find_cycle, flatten
 from nuna.plan.flow import flow_rule_text, with_credit_edges
 from nuna.plan.ir import Plan, StepType
 from nuna.plan.slices import executor_slicing
 from nuna.plan.verify import chunk_bytes_for
 from nuna.sim.slicing import executor_nodes, piece_label
-
-#: how many of a cycle's nodes a message names (the first and last half)
-_SHOWN = 16
 
 
 def flow_deadlock(plan: Plan, size_bytes: int, element_bytes: int = 4, *,
@@ -64,11 +61,10 @@ def flow_deadlock(plan: Plan, size_bytes: int, element_bytes: int = 4, *,
     if cycle is None:
         return None
     names = [run_flat.step_name(n) + ("" if nodes is None else piece_label(nodes, n)) for n in cycle]
-    shown = names if len(names) <= _SHOWN else [*names[: _SHOWN // 2], "...", *names[-_SHOWN // 2:]]
     kind = "cross-GPU deadlock" if len({int(run_dag.node_gpu[n]) for n in cycle}) > 1 else "deadlock"
     rule = flow_rule_text(plan.protocol, by_steps=nodes is not None and nodes.in_parts)
     slices = f"{S} slice{'s' * (S != 1)}"
     calls = f"calls of up to {slicing.max_count} chunk{'s' * (slicing.max_count != 1)}"
     return (f"deadlock at {size_bytes} B ({cb} B chunks, {slices}, {calls}): {kind} of {len(cycle)} calls "
             f"or parts through the executors' flow control ({rule}; 'nuna simulate --no-flow-control' "
-            f"replays without it): " + " -> ".join([*shown, names[0]]))
+            f"replays without it): {cycle_path(names)}")

@@ -549,7 +549,6 @@ class _Prepared:
     # sender may run ahead of its receiver on a connection
     credit_source: I64
     flow_depth: int
-    flow_rule: str  # the rule as a deadlock message cites it (nuna.plan.flow.flow_rule_text)
 
 
 #: ``SimOptions`` counts: (least, most). The upper bounds keep a replay's allocations and int64 byte
@@ -680,9 +679,8 @@ def _prepare(plan: Plan, topology_spec: TopologySpec, size_bytes: int, packet_by
     floor = max(floor, _step_floor_ns(spec, net, short, dag, flat.code, n_bytes, n_job_ptr, j_cls[:njobs],
                                       psize, fenced=wire.fenced))
     depth = flow_control_depth(plan.protocol)
-    rule = flow_rule_text(plan.protocol, by_steps=sliced is not None and sliced.in_parts)
     return _Prepared(dag, flat, n_gpu, tb_cu, layout, n_addr, n_peer, n_bytes, psize, n_job_ptr, njobs,
-                     j_bytes, j_cls, net, lb_sent, lower, floor, slicing, sliced, wire, credit, depth, rule)
+                     j_bytes, j_cls, net, lb_sent, lower, floor, slicing, sliced, wire, credit, depth)
 
 
 def placement_bounds(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *,
@@ -800,7 +798,8 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *,
                               f"({int(st.ctr[eng.C_FOREIGN])} grants outside their GPU's window, "
                               f"{int(R.rc[eng.R_LATE])} events posted into a finished window)")
     if R.rc[eng.R_DONE] < nn:
-        raise SimulationError(_deadlock_message(flat, dag, R, credit, pre.flow_rule, pre.sliced))
+        rule = flow_rule_text(plan.protocol, by_steps=pre.sliced is not None and pre.sliced.in_parts)
+        raise SimulationError(_deadlock_message(flat, dag, R, credit, rule, pre.sliced))
     # sends the credit held back: ready only when it came (exact in the engine's clock, before
     # fast-forward's shift)
     held = int(np.count_nonzero(R.n_t_ready[waits] == R.n_t_end[credit[waits]] + credit_ns[credit[waits]]))
