@@ -44,9 +44,8 @@ def register(app: typer.Typer) -> None:
         chunks_per_peer: int | None = typer.Option(
             None, "--chunks-per-peer",
             help="Chunks per rank slice; a multiple of --tbs-per-peer (direct) or --channels (ring). "
-                 "Default: that number. More makes steps of several chunks, which the executors' flow "
-                 "control deadlocks at sizes where a step is several calls (Simple: direct from "
-                 "three, ring from two; 'nuna validate --size' says where)."),
+                 "Default: that number. More moves them a chunk per step: a direct threadblock "
+                 "alternates sends and receives, a ring takes one chunk column after another."),
         channels: int | None = typer.Option(None, "--channels", help="ring: number of rings (default 1)."),
         protocol: _Proto = typer.Option(_Proto.SIMPLE, "--protocol", help="Protocol written in the header."),
         inplace: bool | None = typer.Option(

@@ -34,13 +34,15 @@ peer-major: peers in increasing rank order, then ``k``.
   16 sources, as many as the executors' kernel takes (:mod:`nuna.plan.fusion`).
 * allreduce = that reduce-scatter followed by a direct all-gather of the reduced slices, in
   the same threadblocks; a non-reducer's all-gather send depends on the reducer's last step.
-* With ``C > K`` a step moves ``C/K`` chunks, which the executors run as several primitive
-  calls once a chunk exceeds ``2 MiB / (C/K)`` (Simple); from three calls a threadblock's send
-  step outruns its connection's 8 buffer steps before it receives the peer's, and both wait for
-  ever (``nuna validate --size``, :mod:`nuna.sim.flowcheck`, finds the sizes). The rings' steps
-  of ``C/channels`` chunks hang from two calls: every GPU's first send fills the ring, and its
-  forward then waits for the next GPU's, which waits for its own next. With the default
-  ``C = K`` (``channels``) a step is one chunk, one call at any size.
+* With ``C > K`` a threadblock moves ``m = C/K`` chunks per slice, a chunk per step, and its
+  exchanges alternate: ``s r s r ...`` (the send of chunk j, then the receive of the peer's
+  chunk j), so it is never more than one send ahead of its receives. A step of one chunk is
+  one primitive call of the executors at any size; one step of all ``m`` chunks (before nuna
+  0.15.0) was several calls once a chunk exceeded ``2 MiB / m`` (Simple), and from three calls
+  a threadblock's send outran its connection's 8 buffer steps before it received the peer's,
+  and both waited for ever (``nuna validate --size``, :mod:`nuna.sim.flowcheck`). The
+  reducer's ``re`` steps stay whole (``m`` chunks: local, no connection). With the default
+  ``C = K`` (``m = 1``) the plans are those of nuna 0.14.0.
 
 ``ring`` (``channels`` rings, one threadblock per ring per GPU, send to ``g+1``, receive from
 ``g-1``, ring ``c`` on channel ``c`` moving sub-slice ``c`` of every slice):
@@ -58,6 +60,12 @@ peer-major: peers in increasing rank order, then ``k``.
   (``nuna.plan.flow``, :data:`_RING_ALLTOALL_AHEAD`; before nuna 0.13.0 a GPU sent all its
   blocks first, which deadlocks there from 4 GPUs on).
   ``ngpus·(ngpus-1)/2`` hops per sub-slice; it exists for comparison, not speed.
+
+With ``C > channels`` a ring moves ``m = C/channels`` chunk columns, one after the other, each
+column's whole pass above in one-chunk steps: never more than one send ahead of its receives,
+which a forwarding ring needs (a ring's step of ``m`` chunks, before nuna 0.15.0, hung the
+executors from two calls: every GPU's first send filled its ring and each forward waited for
+the next GPU's). The out-of-place copy stays one step of ``m`` chunks.
 """
 
 from __future__ import annotations
@@ -196,12 +204,13 @@ def check_plan_size(coll: Collective, algo: str, n: int, parallel: int, C: int) 
     """Refuse plans whose step count would exhaust memory (estimate, per the layouts below):
     ``UsageError``. ``generate`` calls it, and sweep specs at load, so that both refuse the same
     plans (``parallel``: threadblocks per peer of a direct plan, channels of a ring)."""
+    m = max(C // parallel, 1)  # chunks a threadblock moves per slice, a step each
     if algo == "direct":
-        per_tb = 4 if coll is Collective.ALLREDUCE else 2
+        per_tb = (4 if coll is Collective.ALLREDUCE else 2) * m
         steps = n * (n - 1) * parallel * per_tb + n * parallel * 2 * n
     else:
-        # alltoall: n-1 sends, n(n-1)/2 receives, and n-1 copies (in place) or 1
-        per_tb = 2 * n + n * (n - 1) // 2 if coll is Collective.ALLTOALL else 2 * n
+        # alltoall: n-1 sends, n(n-1)/2 receives per chunk column, and n-1 copies (in place) or 1
+        per_tb = (2 * n + n * (n - 1) // 2 if coll is Collective.ALLTOALL else 2 * n) * m
         steps = n * parallel * per_tb
     if steps > MAX_STEPS:
         raise UsageError(f"the requested {algo} {coll.value} plan would have about {steps:,} steps, "
@@ -228,7 +237,7 @@ class _StepCache:
 
     def __init__(self) -> None:
         self._steps: dict[tuple[object, ...], Step] = {}
-        self.rows: dict[int, list[Step]] = {}  # per-peer receive steps of direct allgather
+        self.rows: dict[int, list[list[Step]]] = {}  # per-peer receive steps of direct allgather, per k
 
     def __call__(self, index: int, type_: StepType, src: tuple[Buffer, int] | None,
                  dst: tuple[Buffer, int] | None, count: int, dep: tuple[int, int] | None = None,
@@ -305,31 +314,42 @@ def _direct_gpu(spec: _Spec, g: int, make: _StepCache) -> Gpu:
 
 def _direct_gather(spec: _Spec, g: int, peers: list[int], make: _StepCache) -> list[Threadblock]:
     """Direct allgather threadblocks of GPU g. Written out by hand, without the generic step
-    prototypes, because the speed benchmark generates 64 GPUs x 1,008 of them: the send of
-    sub-slice k is the same step in every threadblock of that k, and the receive of (p, k)
-    the same step on every GPU, so only Threadblock objects are built per threadblock."""
+    prototypes, because the speed benchmark generates 64 GPUs x 1,008 of them: the sends of
+    sub-slice k are the same steps in every threadblock of that k, and the receives of (p, k)
+    the same steps on every GPU, so only Threadblock objects are built per threadblock. Each
+    threadblock alternates one-chunk sends and receives (see the module docstring)."""
     K, m, C, inplace = spec.parallel, spec.m, spec.C, spec.inplace
-    sends = [make(0, _SEND, (_O, g * C + lo) if inplace else (_I, lo), (_O, g * C + lo), m)
-             for lo in range(0, K * m, m)]
-    copies = [] if inplace else [make(2, _CPY, (_I, lo), (_O, g * C + lo), m) for lo in range(0, K * m, m)]
+    sends = [[make(2 * j, _SEND, (_O, g * C + lo + j) if inplace else (_I, lo + j), (_O, g * C + lo + j), 1)
+              for j in range(m)] for lo in range(0, K * m, m)]
+    copies = [] if inplace else [make(2 * m, _CPY, (_I, lo), (_O, g * C + lo), m)
+                                 for lo in range(0, K * m, m)]
     tbs: list[Threadblock] = []
     for pi, p in enumerate(peers):
         row = make.rows.get(p)
         if row is None:
-            row = [make(1, _RECV, (_O, p * C + lo) if inplace else (_I, lo), (_O, p * C + lo), m)
+            row = [[make(2 * j + 1, _RECV, (_O, p * C + lo + j) if inplace else (_I, lo + j),
+                         (_O, p * C + lo + j), 1) for j in range(m)]
                    for lo in range(0, K * m, m)]
             make.rows[p] = row
         base = pi * K
         for k in range(K):
-            steps = (sends[k], row[k]) if inplace or pi else (sends[k], row[k], copies[k])
+            steps = _alternate(sends[k], row[k])
+            if not inplace and not pi:
+                steps = (*steps, copies[k])
             tbs.append(Threadblock(id=base + k, send_peer=p, recv_peer=p, channel=k, steps=steps))
     return tbs
 
 
+def _alternate(sends: list[Step], recvs: list[Step]) -> tuple[Step, ...]:
+    """``s r s r ...``: a direct threadblock's one-chunk sends, each followed by the receive of
+    the same chunk from the peer (one send ahead at most: see the module docstring)."""
+    return tuple(st for pair in zip(sends, recvs, strict=True) for st in pair)
+
+
 def _direct_alltoall(spec: _Spec, g: int, peers: list[int]) -> list[Threadblock]:
     """Direct alltoall threadblocks of GPU g: send block (p, k) of my input, receive p's block
-    for me. Every step is distinct (offsets depend on g, p and k), so steps are built directly
-    rather than through the interning cache."""
+    for me, a chunk at a time. Every step is distinct (offsets depend on g, p and k), so steps
+    are built directly rather than through the interning cache."""
     K, m, C = spec.parallel, spec.m, spec.C
     out = _I if spec.inplace else _O
     tbs: list[Threadblock] = []
@@ -337,10 +357,11 @@ def _direct_alltoall(spec: _Spec, g: int, peers: list[int]) -> list[Threadblock]
         for k in range(K):
             lo = k * m
             mine, theirs = g * C + lo, p * C + lo
-            steps: tuple[Step, ...] = (Step(0, _SEND, _I, theirs, out, mine, m),
-                                       Step(1, _RECV, _I, mine, out, theirs, m))
+            steps: tuple[Step, ...] = _alternate(
+                [Step(2 * j, _SEND, _I, theirs + j, out, mine + j, 1) for j in range(m)],
+                [Step(2 * j + 1, _RECV, _I, mine + j, out, theirs + j, 1) for j in range(m)])
             if pi == 0 and not spec.inplace:
-                steps = (*steps, Step(2, _CPY, _I, mine, _O, mine, m))
+                steps = (*steps, Step(2 * m, _CPY, _I, mine, _O, mine, m))
             tbs.append(Threadblock(id=pi * K + k, send_peer=p, recv_peer=p, channel=k, steps=steps))
     return tbs
 
@@ -364,34 +385,38 @@ def _acc(spec: _Spec, g: int, lo: int) -> tuple[Buffer, int]:
 
 
 def _direct_reduce(spec: _Spec, g: int, p: int, pi: int, k: int) -> list[_Proto]:
-    """Reduce-scatter (and, for allreduce, the all-gather after it) of threadblock (p, k)."""
+    """Reduce-scatter (and, for allreduce, the all-gather after it) of threadblock (p, k); the
+    exchanges with p alternate one-chunk sends and receives (see the module docstring)."""
     n, K, m, C = spec.n, spec.parallel, spec.m, spec.C
     lo = k * m
     acc = _acc(spec, g, lo)
-    protos: list[_Proto] = [(_SEND, (_I, p * C + lo), _landing(spec, p, g, lo), m, None, False)]
+    protos: list[_Proto] = []
+    for j in range(m):
+        protos.append((_SEND, (_I, p * C + lo + j), _landing(spec, p, g, lo + j), 1, None, False))
+        if pi == 0:
+            protos.append((_RRC, (_I, g * C + lo + j), _acc(spec, g, lo + j), 1, None, False))
+        else:
+            protos.append((_RECV, (_I, g * C + lo + j), (_S, (pi - 1) * C + lo + j), 1, None, False))
+    received = 2 * m - 1  # the last receive of the exchange, in every threadblock
     others = n - 2  # peers whose contributions arrive in scratch
     if pi == 0:
-        protos.append((_RRC, (_I, g * C + lo), acc, m, None, False))
-        # wait for the other receives of this k (their step 1): nops carry all but the first
+        # wait for the other receives of this k (their last): nops carry all but the first
         # dependency, the first reduction carries that one (reference §6.3)
         for j in range(2, others + 1):
-            protos.append((_NOP, None, None, 0, (j * K + k, 1), False))
+            protos.append((_NOP, None, None, 0, (j * K + k, received), False))
         for j in range(1, others + 1):
-            dep = (j * K + k, 1) if j == 1 else None
+            dep = (j * K + k, received) if j == 1 else None
             # hasdep=1 ends the executors' fused pass: at most MAX_REDUCE_FUSION sources each
             cut = j % MAX_REDUCE_FUSION == 0 and j < others
             protos.append((_RE, (_S, (j - 1) * C + lo), acc, m, dep, cut))
-        reducer_last = len(protos) - 1
-    else:
-        slot = (_S, (pi - 1) * C + lo)
-        protos.append((_RECV, (_I, g * C + lo), slot, m, None, False))
-        # the reducer's last step index, by the same construction
-        reducer_last = 1 + max(others - 1, 0) + others
+    # the reducer's last step index, by the same construction
+    reducer_last = received + max(others - 1, 0) + others
     if spec.coll is Collective.ALLREDUCE:
-        theirs = _acc(spec, p, lo)
-        dep = None if pi == 0 else (k, reducer_last)
-        protos.append((_SEND, acc, _acc(spec, g, lo), m, dep, False))
-        protos.append((_RECV, theirs, theirs, m, None, False))
+        for j in range(m):
+            theirs = _acc(spec, p, lo + j)
+            dep = (k, reducer_last) if pi and not j else None
+            protos.append((_SEND, _acc(spec, g, lo + j), _acc(spec, g, lo + j), 1, dep, False))
+            protos.append((_RECV, theirs, theirs, 1, None, False))
     return protos
 
 
@@ -429,13 +454,16 @@ def _ring_gpu(spec: _Spec, g: int, make: _StepCache) -> Gpu:
     scratch = 0
     for c in range(M):
         lo = c * m
-        if coll is Collective.ALLGATHER:
-            protos = _ring_gather(spec, g, lo)
-        elif coll is Collective.ALLTOALL:
+        # a ring moves its sub-slice a chunk column at a time, each column's whole pass before
+        # the next: no more than one send ahead of its receives (see the module docstring)
+        protos: list[_Proto] = []
+        if coll is Collective.ALLTOALL:
             protos = _ring_alltoall(spec, g, lo)
             scratch = _ring_alltoall_scratch(spec)
         else:
-            protos = _ring_reduce(spec, g, lo)
+            column = _ring_gather if coll is Collective.ALLGATHER else _ring_reduce
+            for j in range(m):
+                protos.extend(column(spec, g, lo + j))
         if not spec.inplace and coll in (Collective.ALLGATHER, Collective.ALLTOALL):
             own = g * C + lo
             src = src_at(g, lo if coll is Collective.ALLGATHER else own)
@@ -447,37 +475,39 @@ def _ring_gpu(spec: _Spec, g: int, make: _StepCache) -> Gpu:
 
 
 def _ring_gather(spec: _Spec, g: int, lo: int) -> list[_Proto]:
-    """``s`` own slice, then receive slices g-1, g-2, ... forwarding all but the last."""
-    n, m, C = spec.n, spec.m, spec.C
+    """One chunk column (chunk ``lo`` of every slice): ``s`` of the own chunk, then receive
+    those of g-1, g-2, ... forwarding all but the last."""
+    n, C = spec.n, spec.C
     src_at, dst_at = _locations(spec)
-    protos: list[_Proto] = [(_SEND, src_at(g, lo), dst_at((g + 1) % n, g * C + lo), m, None, False)]
+    protos: list[_Proto] = [(_SEND, src_at(g, lo), dst_at((g + 1) % n, g * C + lo), 1, None, False)]
     for j in range(1, n):
         origin = (g - j) % n
         slot = dst_at(g, origin * C + lo)
         came_from = src_at(origin, lo) if j == 1 else slot
-        protos.append((_RCS if j < n - 1 else _RECV, came_from, slot, m, None, False))
+        protos.append((_RCS if j < n - 1 else _RECV, came_from, slot, 1, None, False))
     return protos
 
 
 def _ring_reduce(spec: _Spec, g: int, lo: int) -> list[_Proto]:
-    """Reduce-scatter ring (the chain for slice d starts at d+1 and ends, reduced, at d); for
-    allreduce the last reduction forwards the result and an all-gather ring follows."""
-    n, m, C = spec.n, spec.m, spec.C
+    """Reduce-scatter ring of one chunk column (the chain for slice d starts at d+1 and ends,
+    reduced, at d); for allreduce the last reduction forwards the result and an all-gather ring
+    follows."""
+    n, C = spec.n, spec.C
     protos: list[_Proto] = []
     first = (_I, ((g - 1) % n) * C + lo)
-    protos.append((_SEND, first, first, m, None, False))
+    protos.append((_SEND, first, first, 1, None, False))
     for j in range(1, n - 1):
         part = (_I, ((g - 1 - j) % n) * C + lo)
-        protos.append((_RRS, part, part, m, None, False))
+        protos.append((_RRS, part, part, 1, None, False))
     own = (_I, g * C + lo)
     mine = _acc(spec, g, lo)
     if spec.coll is Collective.REDUCESCATTER:
-        protos.append((_RRC, own, mine, m, None, False))
+        protos.append((_RRC, own, mine, 1, None, False))
         return protos
-    protos.append((_RRCS, own, mine, m, None, False))
+    protos.append((_RRCS, own, mine, 1, None, False))
     for j in range(1, n):
         slot = _acc(spec, (g - j) % n, lo)
-        protos.append((_RCS if j < n - 1 else _RECV, slot, slot, m, None, False))
+        protos.append((_RCS if j < n - 1 else _RECV, slot, slot, 1, None, False))
     return protos
 
 
@@ -490,32 +520,34 @@ _RING_ALLTOALL_AHEAD = 1
 
 
 def _ring_alltoall(spec: _Spec, g: int, lo: int) -> list[_Proto]:
-    """Store-and-forward alltoall (see the module docstring for the order)."""
+    """Store-and-forward alltoall of one ring's sub-slice (chunks ``lo`` to ``lo + m`` of every
+    block), a chunk column at a time (see the module docstring for the order)."""
     n, m, C = spec.n, spec.m, spec.C
     src_at, dst_at = _locations(spec)
-    relay = (_S, lo)
     protos: list[_Proto] = []
     staged = _ring_alltoall_staged(spec)
 
-    def outgoing(r: int, dest: int) -> tuple[Buffer, int]:
+    def outgoing(r: int, dest: int, col: int) -> tuple[Buffer, int]:
         # in place, a block received for me lands where my block for its origin is: my
         # blocks go out from a copy in scratch (_ring_alltoall_scratch), made first
-        return (_S, C + dest * C + lo) if staged else src_at(r, dest * C + lo)
+        return (_S, C + dest * C + col) if staged else src_at(r, dest * C + col)
 
     if staged:
-        protos.extend((_CPY, src_at(g, ((g + h) % n) * C + lo), outgoing(g, (g + h) % n), m, None, False)
+        protos.extend((_CPY, src_at(g, ((g + h) % n) * C + lo), outgoing(g, (g + h) % n, lo), m, None, False)
                       for h in range(1, n))
-    for a, h in _ring_alltoall_order(n):
-        origin, dest = (g - a) % n, (g + h) % n
-        if a == 0:  # one of my own blocks, to dest
-            lands = dst_at((g + 1) % n, g * C + lo) if h == 1 else relay
-            protos.append((_SEND, outgoing(g, dest), lands, m, None, False))
-            continue
-        came_from = outgoing(origin, dest) if a == 1 else relay
-        if h == 0:  # origin's block for me
-            protos.append((_RECV, came_from, dst_at(g, origin * C + lo), m, None, False))
-        else:
-            protos.append((_RCS, came_from, relay, m, None, False))
+    for col in range(lo, lo + m):
+        relay = (_S, col)
+        for a, h in _ring_alltoall_order(n):
+            origin, dest = (g - a) % n, (g + h) % n
+            if a == 0:  # one of my own blocks, to dest
+                lands = dst_at((g + 1) % n, g * C + col) if h == 1 else relay
+                protos.append((_SEND, outgoing(g, dest, col), lands, 1, None, False))
+                continue
+            came_from = outgoing(origin, dest, col) if a == 1 else relay
+            if h == 0:  # origin's block for me
+                protos.append((_RECV, came_from, dst_at(g, origin * C + col), 1, None, False))
+            else:
+                protos.append((_RCS, came_from, relay, 1, None, False))
     return protos
 
 

@@ -69,6 +69,16 @@ def test_random_plans_verify(coll: str, algo: str, n: int, par: int, mult: int, 
     assert report.errors == ()
     assert not [w for w in report.warnings if "race" in w or "zeroed" in w]
     assert xml.loads(xml.dump(plan), "gen") == plan
+    for g in plan.gpus:
+        for tb in g.threadblocks:
+            # one chunk a send or receive, never more than one send ahead of the receives:
+            # the executors' flow control cannot hang such a threadblock at any size
+            ahead = 0
+            for s in tb.steps:
+                if s.type.sends or s.type.receives:
+                    assert s.count == 1
+                ahead += s.type.sends - s.type.receives
+                assert ahead <= 1
 
 
 @pytest.mark.parametrize("coll", COLLS)
@@ -100,14 +110,40 @@ def test_direct_threadblocks_one_per_peer_and_k(coll: str, n: int, K: int) -> No
 
 
 @pytest.mark.parametrize("coll", ["allgather", "alltoall"])
-def test_direct_each_tb_moves_its_share(coll: str) -> None:
+@pytest.mark.parametrize("inplace", [True, False])
+def test_direct_each_tb_moves_its_share_a_chunk_at_a_time(coll: str, inplace: bool) -> None:
     n, K, C = 5, 2, 6
-    plan = generate(coll, n, tbs_per_peer=K, chunks_per_peer=C)
+    m = C // K
+    plan = generate(coll, n, tbs_per_peer=K, chunks_per_peer=C, inplace=inplace)
     for g in plan.gpus:
         for tb in g.threadblocks:
             net = [s for s in tb.steps if s.type in (StepType.SEND, StepType.RECV)]
-            assert [s.type for s in net] == [StepType.SEND, StepType.RECV]
-            assert all(s.count == C // K for s in net)
+            # s r s r ...: never more than one send ahead of the receives
+            assert [s.type for s in net] == [StepType.SEND, StepType.RECV] * m
+            assert all(s.count == 1 for s in net)
+            k, p = tb.channel, tb.send_peer
+            assert p is not None
+            # alltoall sends the peer's block, allgather its own slice (or its input)
+            base = {"alltoall": p * C, "allgather": g.id * C if inplace else 0}[coll]
+            sent = [s.src_offset for s in net if s.type is StepType.SEND]
+            assert sent == [base + k * m + j for j in range(m)]
+            got = [s.dst_offset for s in net if s.type is StepType.RECV]
+            assert got == [p * C + k * m + j for j in range(m)]
+
+
+@pytest.mark.parametrize("coll", ["allreduce", "reducescatter"])
+def test_direct_reduction_exchanges_a_chunk_at_a_time(coll: str) -> None:
+    n, K, C = 4, 2, 6
+    plan = generate(coll, n, tbs_per_peer=K, chunks_per_peer=C)
+    for g in plan.gpus:
+        for tb in g.threadblocks:
+            net = [s for s in tb.steps if s.type.sends or s.type.receives]
+            assert all(s.count == 1 for s in net)
+            kinds = ["s" if s.type is StepType.SEND else "r" for s in net]
+            phases = 2 if coll == "allreduce" else 1
+            assert "".join(kinds) == "sr" * (C // K) * phases
+            # the reductions of scratch are local and whole: one step per source
+            assert all(s.count == C // K for s in tb.steps if s.type is StepType.REDUCE)
 
 
 def test_paper_threadblock_counts() -> None:
@@ -182,6 +218,25 @@ def test_ring_shape(coll: str, steps: Callable[[int], int], n: int) -> None:
     if coll == "allreduce" and n > 2:
         assert StepType.RECV_REDUCE_SEND in {s.type for s in first}
         assert StepType.RECV_REDUCE_COPY_SEND in {s.type for s in first}
+
+
+@pytest.mark.parametrize("coll", COLLS)
+def test_ring_moves_one_chunk_column_after_another(coll: str) -> None:
+    # a ring's sub-slice of m chunks goes round a column at a time, one-chunk steps, each
+    # column's pass as the whole pass of a one-chunk ring: never more than one send ahead
+    n, M, m = 4, 2, 3
+    one = generate(coll, n, algo="ring", channels=M)
+    plan = generate(coll, n, algo="ring", channels=M, chunks_per_peer=M * m)
+    for g, g1 in zip(plan.gpus, one.gpus, strict=True):
+        for tb, tb1 in zip(g.threadblocks, g1.threadblocks, strict=True):
+            net = [s for s in tb.steps if s.type.sends or s.type.receives]
+            assert all(s.count == 1 for s in net)
+            pattern = [s.type for s in tb1.steps if s.type.sends or s.type.receives]
+            assert [s.type for s in net] == pattern * m
+            ahead = 0
+            for s in net:
+                ahead += s.type.sends - s.type.receives
+                assert ahead <= 1
 
 
 def test_ring_alltoall_relays_every_block() -> None:

@@ -141,11 +141,14 @@ def test_validate_size_reports_the_deadlock_and_its_size(run_cli, tmp_path: Path
 
 @pytest.mark.parametrize("algo", ["direct", "ring"])
 @pytest.mark.parametrize("collective", ["allgather", "allreduce", "alltoall", "reducescatter"])
-def test_generated_plans_of_one_chunk_per_step_never_hang(collective: str, algo: str) -> None:
-    # a step of one chunk is one call at any size, and the generators keep every connection
-    # within the depth step by step
-    for ngpus, protocol, tbs in [(2, "Simple", 1), (3, "LL", 1), (5, "Simple", 2), (8, "LL128", 1)]:
-        plan = generate(collective, ngpus, algo=algo, protocol=protocol,
-                        tbs_per_peer=tbs if algo == "direct" else 1)
+def test_generated_plans_never_hang(collective: str, algo: str) -> None:
+    # every step moves one chunk, one call at any size, and the generators keep every
+    # connection within the depth step by step, also with several chunks per threadblock (before
+    # nuna 0.15.0 a step moved them all, and hung from two or three calls)
+    for ngpus, protocol, par, mult in [(2, "Simple", 1, 1), (3, "LL", 1, 4), (5, "Simple", 2, 1),
+                                       (4, "Simple", 1, 4), (4, "Simple", 2, 2), (8, "LL128", 1, 2)]:
+        plan = generate(collective, ngpus, algo=algo, protocol=protocol, chunks_per_peer=par * mult,
+                        tbs_per_peer=par if algo == "direct" else 1,
+                        channels=par if algo == "ring" else None)
         for size in (100 * 1024, 4 * MIB, 100 * MIB, 1 << 30):
-            assert flow_deadlock(plan, size) is None, (ngpus, protocol, tbs, size)
+            assert flow_deadlock(plan, size) is None, (ngpus, protocol, par, mult, size)
