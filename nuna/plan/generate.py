@@ -413,9 +413,9 @@ def _direct_reduce(spec: _Spec, g: int, p: int, pi: int, k: int) -> list[_Proto]
     reducer_last = received + max(others - 1, 0) + others
     if spec.coll is Collective.ALLREDUCE:
         for j in range(m):
-            theirs = _acc(spec, p, lo + j)
+            mine, theirs = _acc(spec, g, lo + j), _acc(spec, p, lo + j)
             dep = (k, reducer_last) if pi and not j else None
-            protos.append((_SEND, _acc(spec, g, lo + j), _acc(spec, g, lo + j), 1, dep, False))
+            protos.append((_SEND, mine, mine, 1, dep, False))
             protos.append((_RECV, theirs, theirs, 1, None, False))
     return protos
 
@@ -535,9 +535,10 @@ def _ring_alltoall(spec: _Spec, g: int, lo: int) -> list[_Proto]:
     if staged:
         protos.extend((_CPY, src_at(g, ((g + h) % n) * C + lo), outgoing(g, (g + h) % n, lo), m, None, False)
                       for h in range(1, n))
+    order = _ring_alltoall_order(n)
     for col in range(lo, lo + m):
         relay = (_S, col)
-        for a, h in _ring_alltoall_order(n):
+        for a, h in order:
             origin, dest = (g - a) % n, (g + h) % n
             if a == 0:  # one of my own blocks, to dest
                 lands = dst_at((g + 1) % n, g * C + col) if h == 1 else relay
