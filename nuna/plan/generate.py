@@ -204,7 +204,7 @@ def check_plan_size(coll: Collective, algo: str, n: int, parallel: int, C: int) 
     """Refuse plans whose step count would exhaust memory (estimate, per the layouts below):
     ``UsageError``. ``generate`` calls it, and sweep specs at load, so that both refuse the same
     plans (``parallel``: threadblocks per peer of a direct plan, channels of a ring)."""
-    m = max(C // parallel, 1)  # chunks a threadblock moves per slice, a step each
+    m = C // parallel  # chunks a threadblock (ring) moves per slice, a step each
     if algo == "direct":
         per_tb = (4 if coll is Collective.ALLREDUCE else 2) * m
         steps = n * (n - 1) * parallel * per_tb + n * parallel * 2 * n
