@@ -68,6 +68,15 @@ class CliResult:
     err: str
 
 
+def assert_clean_exit(res: CliResult) -> None:
+    """Exit 0, or 1 with one clean error line: never a traceback or an internal error."""
+    assert res.code in (0, 1)
+    assert "Traceback" not in res.err
+    assert "internal error" not in res.err
+    if res.code == 1:
+        assert res.err.startswith("nuna: error: ")
+
+
 @pytest.fixture
 def run_cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., CliResult]:
     """Run ``nuna ARGS...`` in-process; returns exit code, stdout and stderr."""

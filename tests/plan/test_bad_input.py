@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from nuna.errors import NunaError
 from nuna.plan.verify import verify
 from nuna.plan.xml import loads_with_source
-from tests.conftest import CliResult
+from tests.conftest import assert_clean_exit
 
 REPO = Path(__file__).resolve().parents[2]
 FIG7 = (REPO / "plans" / "fig7_allgather_n2_c2.xml").read_text()
@@ -354,15 +354,6 @@ def test_mutations_are_valid_or_a_clean_error(text: str) -> None:
 @given(mutated())
 def test_mutations_through_the_cli(run_cli, tmp_path: Path, text: str) -> None:
     assert_clean_exit(run_validate(run_cli, tmp_path, text))
-
-
-def assert_clean_exit(res: CliResult) -> None:
-    """Exit 0, or 1 with one clean error line: never a traceback or an internal error."""
-    assert res.code in (0, 1)
-    assert "Traceback" not in res.err
-    assert "internal error" not in res.err
-    if res.code == 1:
-        assert res.err.startswith("nuna: error: ")
 
 
 # the commands past validation, on what a mutation leaves valid (a campaign of 22,400 mutated
