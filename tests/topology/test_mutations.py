@@ -34,6 +34,12 @@ COMMANDS = [("topology", "show", "TOPO"),
             ("topology", "render", "TOPO", "-o", "OUT.svg")]
 
 
+def _value_numbers(lines: list[str]) -> list[tuple[int, re.Match[str]]]:
+    """The numbers a chip reads: not those of comments or of a value's ``source`` note."""
+    return [(row, m) for row, line in enumerate(lines) if not line.lstrip().startswith("#")
+            for m in NUMBER.finditer(line.split("source =", 1)[0])]
+
+
 @st.composite
 def mutated(draw: st.DrawFn) -> str:
     text = draw(st.sampled_from(sorted(FILES.values())))
@@ -41,12 +47,11 @@ def mutated(draw: st.DrawFn) -> str:
         lines = text.split("\n")
         i = draw(st.integers(0, len(lines) - 1))
         kind = draw(st.sampled_from(["number", "number", "value", "delete", "duplicate", "swap"]))
-        if kind == "number":
-            spots = list(NUMBER.finditer(text))
-            m = spots[draw(st.integers(0, len(spots) - 1))]
-            text = text[:m.start()] + draw(VALUES) + text[m.end():]
-            continue
-        if kind == "value" and "=" in lines[i]:
+        spots = _value_numbers(lines) if kind == "number" else []
+        if spots:
+            row, m = spots[draw(st.integers(0, len(spots) - 1))]
+            lines[row] = lines[row][:m.start()] + draw(VALUES) + lines[row][m.end():]
+        elif kind == "value" and "=" in lines[i]:
             lines[i] = lines[i].split("=", 1)[0] + "= " + draw(VALUES)
         elif kind == "delete":
             del lines[i]
