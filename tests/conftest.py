@@ -69,7 +69,8 @@ class CliResult:
 
 
 def assert_clean_exit(res: CliResult) -> None:
-    """Exit 0, or 1 with one clean error line: never a traceback or an internal error."""
+    """Exit 0, or 1 with a clean error (``nuna validate`` gives each of a plan's errors a
+    ``nuna: error:`` line of its own): never a traceback or an internal error."""
     assert res.code in (0, 1)
     assert "Traceback" not in res.err
     assert "internal error" not in res.err

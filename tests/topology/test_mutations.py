@@ -76,6 +76,6 @@ def test_mutated_topologies_load_or_give_one_clean_error(run_cli: Callable[..., 
     res = run_cli(*(str(topo) if a == "TOPO" else str(out) if a == "OUT.svg" else a for a in command))
     assert_clean_exit(res)
     if res.code == 1:
-        assert res.err.count("\n") == 1  # one line
+        assert res.err.count("\n") == 1  # a chip's first error stops every command
     if command[1] == "render":  # a picture, or nothing
         assert out.exists() == (res.code == 0)
