@@ -25,8 +25,9 @@ NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?:e-?\d+)?")
 VALUES = st.sampled_from(["0", "-1", "1", "2", "3", "7", "0.5", "-0.0", "1e-9", "1e9", "1e300", "nan", "inf",
                           "-inf", "1000000", '"x"', "[]", "[1, 2]", "{}", "true"])
 
-# topology files go through every command that takes --topology; the replays are small (a 2-GPU
-# plan at 64 KiB) so that a mutation making the chip slow still ends quickly
+# the commands that read a chip whole (a replay, a diff of placements, the NoC mode, the picture);
+# the replays are small (a 2-GPU plan at 64 KiB) so that a mutation making the chip slow still
+# ends quickly
 COMMANDS = [("topology", "show", "TOPO"),
             ("simulate", str(PLAN), "--size", "64KiB", "--topology", "TOPO"),
             ("diff", str(PLAN), "--size", "64KiB", "--topology", "TOPO", "--configs", "UA,NAP+NAR"),
