@@ -9,7 +9,9 @@ on this machine and where the time goes.
 ``--grid`` is the issue's figure: the main grid (360 points, one threadblock per peer) run as
 ``nuna figure fig9 --tbs-per-peer 1 --jobs 2`` runs it, into an empty folder, timed on the wall
 clock, then where the time goes. ``--from`` prints where the time went in a finished (or killed)
-sweep folder, ``DIR/sweeps/fig9-tbsperpeer1`` or any other sweep's.
+sweep folder, ``DIR/sweeps/fig9-tbsperpeer1`` or any other sweep's. Both then check the
+progress bar's cost estimate against the points' times and replay the ETA it would have shown,
+by count and by cost, against the time the run had left (docs/sweeps.md, "Progress").
 
 Runs a stated subset of scripts/sweeps/fig9.toml serially in this process (one point at a time,
 so each point's wall time is its own), prints per-point timings (passes + simulation, jobs,
@@ -24,6 +26,8 @@ state are larger), so it is a lower bound for 32-64 GPUs. ``--full`` measures ev
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import tempfile
 import time
 from collections import defaultdict
@@ -32,10 +36,12 @@ from pathlib import Path
 from typing import Any
 
 from nuna.errors import NunaError
+from nuna.experiments import store
+from nuna.experiments.cost import point_cost, worker_start_cost
 from nuna.experiments.executors import POINT_WALL_KEY, TIMING_KEY
 from nuna.experiments.figures import run_figure
 from nuna.experiments.points import simulate_point
-from nuna.experiments.spec import expand
+from nuna.experiments.spec import DEFAULT_POINT_FUNCTION, expand
 from nuna.experiments.store import load_results
 from nuna.experiments.sweep import load_sweep_spec
 from nuna.sim import SimOptions, load_kernels
@@ -96,6 +102,68 @@ def print_breakdown(b: Mapping[str, Any]) -> None:
         print(f"  costliest: {t:7.1f} s  {label}")
 
 
+def finished_points(folder: Path) -> list[tuple[float, float, float]]:
+    """``(finished_at, point_wall_s, estimated cost)`` of every result in a sweep folder, in the
+    order they finished: the result files' modification times (each written as its point
+    finished), the runner's timing and :func:`nuna.experiments.cost.point_cost`."""
+    rows = []
+    for path in store.results_dir(folder).glob("*.json"):
+        record = json.loads(path.read_text())
+        wall = float(record[TIMING_KEY][POINT_WALL_KEY])
+        rows.append((path.stat().st_mtime, wall, point_cost(record["point_function"], record["point"])))
+    return sorted(rows)
+
+
+def progress_check(rows: Sequence[tuple[float, float, float]], workers: int = 0,
+                   start_cost: float = 0.0) -> dict[str, Any]:
+    """How well the progress bar's weights matched a run's points (``rows`` as
+    :func:`finished_points` gives them), and the ETA the bar would have shown along the way.
+
+    The run's start is the earliest finish less that point's time. At each of
+    :data:`ETA_MARKS` of the points finished, the ETA by count (``elapsed x left / done``
+    points, the bar's rule until 2026-12-07) and by cost (the same over estimated costs, with
+    ``start_cost`` for each of the run's ``workers`` charged to the first points to finish, as
+    the runner does) against the time the run really took from there. Meaningful for a folder
+    filled in one run from empty."""
+    start = min(t - wall for t, wall, _ in rows)
+    end = max(t for t, _, _ in rows) - start
+    total_cost = math.fsum(c for _, _, c in rows) + workers * start_cost
+    ratios = sorted(wall / c for _, wall, c in rows)
+    marks = []
+    done_cost = 0.0
+    for k, (t, _, c) in enumerate(rows, 1):
+        done_cost += c + (start_cost if k <= workers else 0.0)
+        for mark in ETA_MARKS:
+            if k == max(1, round(mark * len(rows))):
+                elapsed = t - start
+                marks.append((mark, elapsed, end - elapsed, elapsed * (len(rows) - k) / k,
+                              elapsed * max(0.0, total_cost - done_cost) / done_cost))
+    return {"points": len(rows), "wall_s": end, "ratios": ratios, "marks": marks}
+
+
+#: fractions of a sweep's points at which :func:`progress_check` reads the ETA
+ETA_MARKS = (0.05, 0.1, 0.25, 0.5, 0.75, 0.9)
+
+
+def print_progress_check(c: Mapping[str, Any]) -> None:
+    r = c["ratios"]
+
+    def q(f: float) -> float:
+        return float(r[min(len(r) - 1, int(f * len(r)))])
+
+    print(f"progress weights: point time over estimated cost, {c['points']} points: "
+          f"p10 {q(0.1):.2f}, median {q(0.5):.2f}, p90 {q(0.9):.2f} (min {r[0]:.2f}, max {r[-1]:.2f})")
+    print("ETA along the run (true time left; by point count; by estimated cost):")
+
+    def span(seconds: float) -> str:
+        return f"{seconds:6.1f} s" if c["wall_s"] < 600 else f"{seconds / 60:6.1f} min"
+
+    for mark, elapsed, left, by_count, by_cost in c["marks"]:
+        print(f"  {100 * mark:3.0f} % of points at {span(elapsed)}: left {span(left)}, "
+              f"by count {span(by_count)} ({by_count / max(left, 1e-9):.2f}x), "
+              f"by cost {span(by_cost)} ({by_cost / max(left, 1e-9):.2f}x)")
+
+
 def run_grid(out: Path, jobs: int) -> None:
     """The main grid as ``nuna figure fig9 --tbs-per-peer 1 --jobs JOBS -o OUT`` runs it."""
     if out.exists() and any(out.iterdir()):
@@ -108,6 +176,8 @@ def run_grid(out: Path, jobs: int) -> None:
     print(f"fig9 main grid on {jobs} workers: {wall / 60:.1f} min wall ({wall:.0f} s; budget 30 min), "
           f"{len(records)} of {fig.summary.total} points finished" + (f", {failed} FAILED" if failed else ""))
     print_breakdown(time_breakdown(records))
+    start = worker_start_cost(DEFAULT_POINT_FUNCTION)
+    print_progress_check(progress_check(finished_points(fig.sweep_dir), jobs, start))
 
 
 def _gpu_counts(text: str) -> set[int]:
@@ -130,7 +200,8 @@ def main() -> None:
     parser.add_argument("--sizes", type=_sizes, default="100KiB,1MiB")
     parser.add_argument("--full", action="store_true")
     parser.add_argument("--grid", action="store_true", help="run the main grid on --jobs workers, timed")
-    parser.add_argument("--jobs", type=int, default=CORES)
+    parser.add_argument("--jobs", type=int, default=CORES,
+                        help="--grid's workers; with --from, those the sweep ran on (for its ETA check)")
     parser.add_argument("--out", type=Path, default=None,
                         help="--grid's output folder (default: a temporary one)")
     parser.add_argument("--from", dest="from_dir", type=Path, default=None,
@@ -142,6 +213,9 @@ def main() -> None:
         except NunaError as err:
             raise SystemExit(f"bench_fig9: {err}") from None
         print_breakdown(time_breakdown(records))
+        if records:
+            print_progress_check(progress_check(finished_points(args.from_dir), args.jobs,
+                                                worker_start_cost(DEFAULT_POINT_FUNCTION)))
         return
     if args.grid:
         if args.out is not None:

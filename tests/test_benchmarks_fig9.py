@@ -57,3 +57,60 @@ def test_grid_refuses_a_folder_with_results_in_it(tmp_path: Any) -> None:
     (tmp_path / "sweeps").mkdir()
     with pytest.raises(SystemExit, match="not empty"):
         bench.run_grid(tmp_path, 2)
+
+
+@settings(max_examples=50, deadline=None)
+@given(costs=st.lists(st.floats(min_value=0.01, max_value=1e3), min_size=4, max_size=40),
+       seconds_per_cost=st.floats(min_value=0.01, max_value=10.0))
+def test_the_cost_eta_is_exact_for_a_serial_run_whose_times_follow_the_costs(
+        costs: list[float], seconds_per_cost: float) -> None:
+    # one worker, each point taking its estimated cost's time: the cost-weighted ETA is the time
+    # left at every mark; the count's only where the points cost alike
+    bench = benchmark_module("bench_fig9")
+    rows, t = [], 1000.0
+    for cost in costs:
+        t += cost * seconds_per_cost
+        rows.append((t, cost * seconds_per_cost, cost))
+    check = bench.progress_check(rows)
+    assert check["wall_s"] == pytest.approx(sum(costs) * seconds_per_cost)
+    assert check["ratios"] == pytest.approx([seconds_per_cost] * len(costs))
+    assert [m[0] for m in check["marks"]] == list(bench.ETA_MARKS)
+    for _, elapsed, left, by_count, by_cost in check["marks"]:
+        assert by_cost == pytest.approx(left, rel=1e-6, abs=1e-6)
+        assert 0 < elapsed <= check["wall_s"] * (1 + 1e-9)
+        assert by_count >= 0
+
+
+def test_the_count_eta_misses_when_the_dear_points_come_last() -> None:
+    bench = benchmark_module("bench_fig9")
+    rows, t = [], 0.0
+    for cost in [1.0] * 90 + [100.0] * 10:  # a sweep's order: small pods first
+        t += cost
+        rows.append((t, cost, cost))
+    half = next(m for m in bench.progress_check(rows)["marks"] if m[0] == 0.5)
+    _, elapsed, left, by_count, by_cost = half
+    assert (elapsed, left) == (50.0, 1040.0)
+    assert by_count == pytest.approx(50.0)  # 50 points in 50 s: 50 s for the 50 left
+    assert by_cost == pytest.approx(1040.0)
+
+
+def test_finished_points_reads_a_sweep_folder_in_finishing_order(tmp_path: Any) -> None:
+    import json
+    import os
+
+    bench = benchmark_module("bench_fig9")
+    from nuna.experiments.cost import point_cost
+    from nuna.experiments.spec import DEFAULT_POINT_FUNCTION
+
+    results = tmp_path / "results"
+    results.mkdir()
+    points = [{"collective": "allgather", "gpus": g, "size_bytes": 1 << 20, "packet_bytes": 256}
+              for g in (2, 8, 4)]
+    for i, (point, finished) in enumerate(zip(points, (30.0, 10.0, 20.0), strict=True)):
+        path = results / f"p{i}.json"
+        path.write_text(json.dumps({"point": point, "point_function": DEFAULT_POINT_FUNCTION,
+                                    "timing": {"point_wall_s": 5.0}}))
+        os.utime(path, (finished, finished))
+    rows = bench.finished_points(tmp_path)
+    assert [r[0] for r in rows] == [10.0, 20.0, 30.0]
+    assert [r[2] for r in rows] == [point_cost(DEFAULT_POINT_FUNCTION, points[k]) for k in (1, 2, 0)]

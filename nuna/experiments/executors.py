@@ -85,6 +85,15 @@ def default_jobs() -> int:
         return os.cpu_count() or 1
 
 
+def started_workers(jobs: int | None, scheduler: str | None, tasks: int) -> int:
+    """Worker processes :func:`run_tasks` starts for ``tasks`` tasks: ``jobs`` (default: every
+    core) but no more than the tasks, for the local pool and the local dask cluster alike; none
+    with a ``scheduler``, whose workers are the cluster's."""
+    if scheduler is not None or tasks == 0:
+        return 0
+    return max(1, min(jobs or default_jobs(), tasks))
+
+
 def resolve_point_function(name: str) -> PointFunction:
     """Import ``'package.module:function'``; raise ``UsageError`` if it cannot be found."""
     module_name, sep, func_name = name.partition(":")
@@ -179,7 +188,7 @@ def check_executor(executor: str) -> None:
 def _run_local(tasks: Sequence[Task], jobs: int) -> Iterator[Outcome]:
     if not tasks:
         return
-    workers = max(1, min(jobs, len(tasks)))
+    workers = started_workers(jobs, None, len(tasks))
     # spawn, not fork: forking a driver that already runs threads (numba, tqdm's monitor) can
     # deadlock a child, and spawn gives the same clean workers a cluster would.
     context = multiprocessing.get_context("spawn")
@@ -297,7 +306,7 @@ def _run_dask(tasks: Sequence[Task], jobs: int | None, scheduler: str | None) ->
     cluster: Any = None
     try:
         if scheduler is None:
-            workers = max(1, min(jobs or default_jobs(), len(tasks)))
+            workers = started_workers(jobs, None, len(tasks))
             # as the local pool's: the cores are shared between workers (a windowed replay runs
             # its GPUs on numba's threads, which would each claim every core)
             threads = max(1, default_jobs() // workers)

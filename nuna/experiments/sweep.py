@@ -11,6 +11,7 @@ The library never prints: callers follow the run through the ``progress`` callba
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,14 @@ from typing import Literal
 
 from nuna.errors import UsageError
 from nuna.experiments import store
-from nuna.experiments.executors import Task, check_executor, resolve_point_function, run_tasks
+from nuna.experiments.cost import point_cost, worker_start_cost
+from nuna.experiments.executors import (
+    Task,
+    check_executor,
+    resolve_point_function,
+    run_tasks,
+    started_workers,
+)
 from nuna.experiments.spec import (
     FILE_DIGESTS_KEY,
     Point,
@@ -50,7 +58,12 @@ __all__ = [
 class SweepProgress:
     """One progress report. ``kind == "start"`` comes once, before any point runs, with
     ``to_run`` set; then one ``"point"`` report per finished point, with its id, label and
-    ``status`` (``"ok"`` or ``"failed"``) and the running counts."""
+    ``status`` (``"ok"`` or ``"failed"``) and the running counts.
+
+    ``cost_to_run`` is the estimated cost of the points to run and of starting the workers
+    (:mod:`nuna.experiments.cost`: about seconds, only ratios meaningful) and ``cost_completed``
+    that of the points finished so far (the first ones to finish also carry a worker's start):
+    a fraction of the work done, where ``completed / to_run`` is a fraction of the points."""
 
     kind: Literal["start", "point"]
     total: int
@@ -60,6 +73,8 @@ class SweepProgress:
     point_id: str = ""
     label: str = ""
     status: str = ""
+    cost_to_run: float = 0.0
+    cost_completed: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,8 +198,17 @@ def run_sweep(
 
         ran = failed_now = 0
         new_failures: set[str] = set()
+        # the estimates are for the progress reports alone: without a listener, none are made
+        costs = {t.point_id: 0.0 if progress is None else
+                 point_cost(t.point_function, t.point if t.inputs is None else t.inputs) for t in to_run}
+        # workers this run starts (a scheduler's are the cluster's, perhaps warm: not counted);
+        # each worker's start is charged to one of the first points to finish
+        starting = started_workers(jobs, scheduler, len(to_run))
+        start_cost = 0.0 if progress is None else worker_start_cost(spec.point_function)
+        cost_to_run = math.fsum(costs.values()) + starting * start_cost
+        cost_completed = 0.0
         if progress is not None:
-            progress(SweepProgress("start", len(tasks), len(to_run), 0, 0))
+            progress(SweepProgress("start", len(tasks), len(to_run), 0, 0, cost_to_run=cost_to_run))
         by_id = {t.point_id: t for t in to_run}
         try:
             for outcome in run_tasks(to_run, executor=executor, jobs=jobs, scheduler=scheduler):
@@ -195,9 +219,11 @@ def run_sweep(
                 if not outcome.ok:
                     failed_now += 1
                     new_failures.add(task.point_id)
+                cost_completed += costs[task.point_id] + (start_cost if ran <= starting else 0.0)
                 if progress is not None:
                     progress(SweepProgress("point", len(tasks), len(to_run), ran, failed_now,
-                                           task.point_id, labels[task.point_id], status[task.point_id]))
+                                           task.point_id, labels[task.point_id], status[task.point_id],
+                                           cost_to_run, cost_completed))
         finally:
             # Also on interrupt: the index then shows what is done and what is still pending.
             store.write_index(folder, spec_json, tasks, status)

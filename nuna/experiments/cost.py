@@ -1,0 +1,111 @@
+"""Estimated cost of a sweep's points: the weights the progress bar's ETA counts in.
+
+A sweep's points differ in cost by nearly four orders of magnitude (in the Fig 9 grid, from
+0.02 s for a 2-GPU 100 KiB alltoall to 156 s for the 64-GPU 1 GiB allreduce under UA) and run
+in spec order, small pods first, so an ETA that counts points promises far too little early
+on. Weighted by these estimates it counts work instead.
+
+The estimate is of the simulator's work: the jobs a replay has (the lines the collective's
+steps move, grouped into packets as ``--packet-bytes`` groups them, ``auto`` by the
+simulator's own rule) times a cost per job that grows with the pod (more hops per store, larger
+tables), plus a fixed part per point (plan generation, passes, the result), times the replays
+the point runs (``nar_granularity = "auto"`` replays every granularity). Its constants were
+fitted to the Fig 9 grid's measured point times (``benchmarks/bench_fig9.py``, ``docs/sweeps.md``
+"Progress"); only their ratios matter. It counts the lines of the generator's plans exactly (a
+plan file's as if generated) and knows nothing of the configuration: packets that split by route
+(UA on large pods: up to 1.5x the jobs) or fast-forward are not in it. A point function other
+than the simulator's own weighs every point alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from nuna.experiments.spec import DEFAULT_POINT_FUNCTION, GEMM_POINT_FUNCTION
+
+#: the point functions whose points this model knows (their cost is the replay's)
+SIMULATING_POINT_FUNCTIONS = frozenset({DEFAULT_POINT_FUNCTION, GEMM_POINT_FUNCTION})
+
+#: lines each collective's moving steps carry, per line of ``size_bytes``, on ``gpus`` GPUs, as
+#: the generator writes its plans: allgather sends its chunk to every peer, alltoall also copies
+#: its own; reducescatter receives its peers' chunks into scratch and reduces them there (r and
+#: re besides the sends), except on 2 GPUs, where the one peer's chunk is reduced on receipt
+#: (rrc); allreduce is a reducescatter and an allgather
+_LINES_PER_SIZE_LINE: dict[str, Callable[[int], int]] = {
+    "allgather": lambda gpus: gpus - 1,
+    "alltoall": lambda gpus: gpus,
+    "reducescatter": lambda gpus: gpus + 1 if gpus > 2 else 2,
+    "allreduce": lambda gpus: 2 * gpus if gpus > 2 else 3,
+}
+
+# Seconds of a point on 2026-12-07's machine (the Fig 9 main grid, 360 points, two workers:
+# least squares of the point times relative to themselves, docs/sweeps.md "Progress"): a fixed
+# part and a cost per job, each growing with the pod's GPU count.
+_FIXED_S = 0.015
+_FIXED_PER_GPU_S = 0.0006
+_PER_JOB_S = 1.7e-5
+_PER_JOB_PER_GPU_S = 3.8e-7
+
+#: seconds a new worker takes before its first point's replay: the interpreter, nuna's imports
+#: and the compiled replay loop read from numba's cache (2.0-2.4 s wall for a fresh process to
+#: import and run a 2-GPU 100 KiB point, 0.02-0.03 s of which the point itself, 2026-12-07)
+_WORKER_START_S = 2.0
+
+_DEFAULT_LINE_BYTES = 256
+
+
+def estimated_lines(collective: str, gpus: int, size_bytes: int, line_bytes: int = _DEFAULT_LINE_BYTES) \
+        -> int:
+    """Lines (flits) the replay's moving steps carry in all, for a collective as the generator
+    writes it (a collective this model does not know: as an allgather)."""
+    factor = _LINES_PER_SIZE_LINE.get(collective, _LINES_PER_SIZE_LINE["allgather"])(gpus)
+    return max(1, -(-size_bytes // line_bytes) * factor)
+
+
+def estimated_jobs(point: Mapping[str, Any], line_bytes: int = _DEFAULT_LINE_BYTES) -> int:
+    """The jobs the replay of ``point`` (a sweep point's inputs) would hold: its collective's
+    lines and its GEMM's (``gemm_bytes``), grouped into packets of ``packet_bytes``
+    (``"auto"``: as the simulator chooses them)."""
+    gpus = int(point.get("gpus", 2))
+    collective, size_bytes = str(point.get("collective", "")), int(point.get("size_bytes", 0))
+    lines = estimated_lines(collective, gpus, size_bytes, line_bytes)
+    # a concurrent GEMM (Fig 14) is one re step per tile on every GPU: its matrix's lines each
+    lines += gpus * -(-int(point.get("gemm_bytes") or 0) // line_bytes)
+    packet = point.get("packet_bytes", line_bytes)
+    if packet == "auto":
+        from nuna.sim.replay import SimOptions, auto_packet_bytes
+
+        cap = point.get("max_packet_bytes")
+        options = SimOptions() if cap is None else SimOptions(max_packet_bytes=int(cap))
+        packet = auto_packet_bytes(lines, line_bytes, options)
+    lines_per_packet = max(1, int(packet) // line_bytes)
+    return max(1, -(-lines // lines_per_packet))
+
+
+def point_cost(point_function: str, point: Mapping[str, Any]) -> float:
+    """Relative cost of computing ``point`` with ``point_function`` (about seconds on the
+    machine the constants were fitted on); 1.0 for a point function this model does not know."""
+    if point_function not in SIMULATING_POINT_FUNCTIONS:
+        return 1.0
+    gpus = int(point.get("gpus", 2))
+    jobs = estimated_jobs(point)
+    replay = _FIXED_S + _FIXED_PER_GPU_S * gpus + jobs * (_PER_JOB_S + _PER_JOB_PER_GPU_S * gpus)
+    return replay * _replays(point)
+
+
+def _replays(point: Mapping[str, Any]) -> int:
+    """Replays a point runs: one, and one per granularity the topology's NAR can take besides
+    when ``nar_granularity = "auto"`` picks the fastest by replaying each."""
+    if point.get("nar_granularity") != "auto":
+        return 1
+    from nuna.topology.address import nar_granularities
+    from nuna.topology.spec import load_topology
+
+    return 1 + len(nar_granularities(load_topology(point["topology"])))
+
+
+def worker_start_cost(point_function: str) -> float:
+    """Relative cost (as :func:`point_cost`'s) of starting one worker for ``point_function``:
+    in a short sweep it outweighs the points (0 for a point function this model does not know)."""
+    return _WORKER_START_S if point_function in SIMULATING_POINT_FUNCTIONS else 0.0
