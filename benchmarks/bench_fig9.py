@@ -17,10 +17,10 @@ Runs a stated subset of scripts/sweeps/fig9.toml serially in this process (one p
 so each point's wall time is its own), prints per-point timings (passes + simulation, jobs,
 events, events/s), then extrapolates to the full grid: each unmeasured point is estimated from
 the measured point of the same collective, configuration and threadblocks per peer with the
-largest ``gpus x size``, scaling its seconds-per-job by the point's predicted jobs (lines moved,
-which grow with ``gpus x size``, capped at the simulator's ``auto`` packet limit). The estimate
-is crude: the cost per event also grows with the pod size (a 64-GPU pod's event heap and network
-state are larger), so it is a lower bound for 32-64 GPUs. ``--full`` measures every point.
+largest ``gpus x size``, scaled by the two points' estimated costs (the progress bar's,
+:func:`nuna.experiments.cost.point_cost`: jobs as the simulator will group them, a cost per job
+growing with the pod; how far it is from the points' times: docs/sweeps.md, "Progress").
+``--full`` measures every point.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from nuna.experiments.points import simulate_point
 from nuna.experiments.spec import DEFAULT_POINT_FUNCTION, expand
 from nuna.experiments.store import load_results
 from nuna.experiments.sweep import load_sweep_spec
-from nuna.sim import SimOptions, load_kernels
+from nuna.sim import load_kernels
 from nuna.topology.spec import load_topology
 from nuna.units import format_size, parse_size
 
@@ -252,7 +252,6 @@ def main() -> None:
               f"jobs {out['jobs']:8d} events {out['events']:9d} ({rate:.2f} M/s) "
               f"simulated {out['time_ns'] / 1000:.2f} us")
     total_measured = sum(v[0] for v in measured.values())
-    cap = SimOptions().auto_max_jobs
     estimate = 0.0
     heaviest: list[tuple[float, str]] = []
     for p in points:
@@ -261,9 +260,10 @@ def main() -> None:
             t = measured[key][0]
         else:
             refs = [(k, v) for k, v in measured.items() if (k[0], k[3], k[4]) == (key[0], key[3], key[4])]
-            (rk, (rw, rj, _)) = max(refs, key=lambda kv: kv[0][1] * kv[0][2])
-            jobs = min(cap, rj * (key[1] * key[2]) / (rk[1] * rk[2]))
-            t = rw / max(rj, 1) * jobs
+            (rk, (rw, _, _)) = max(refs, key=lambda kv: kv[0][1] * kv[0][2])
+            reference = next(q for q in subset if (q["collective"], q["gpus"], q["size_bytes"], q["config"],
+                                                   q["tbs_per_peer"]) == rk)
+            t = rw * point_cost(DEFAULT_POINT_FUNCTION, p) / point_cost(DEFAULT_POINT_FUNCTION, reference)
         estimate += t
         heaviest.append((t, _point_label(p)))
     print(f"measured subset: {total_measured:.1f} s serial = {total_measured / CORES:.1f} s on {CORES} cores")
