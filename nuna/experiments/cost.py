@@ -8,12 +8,13 @@ on. Weighted by these estimates it counts work instead.
 The estimate is of the simulator's work: the jobs a replay has (the lines the collective's
 steps move, grouped into packets as ``--packet-bytes`` groups them, ``auto`` by the
 simulator's own rule) times a cost per job that grows with the pod (more hops per store, larger
-tables), plus a fixed part per point (plan generation, passes, the result), times the replays
-the point runs (``nar_granularity = "auto"`` replays every granularity). Its constants were
+tables), plus a fixed part; generating the plan and running the configuration's passes, per
+step of the plan (NAP and NUMA, which read every threadblock's accesses, cost most); all times
+the replays the point runs (``nar_granularity = "auto"`` replays every granularity). Its constants were
 fitted to the Fig 9 grid's measured point times (``benchmarks/bench_fig9.py``, ``docs/sweeps.md``
 "Progress"); only their ratios matter. It counts the lines of the generator's plans exactly (a
-plan file's as if generated) and knows nothing of the configuration: packets that split by route
-(UA on large pods: up to 1.5x the jobs) or fast-forward are not in it. A point function other
+plan file's as if generated); packets that split by route (UA on large pods: up to 1.5x the
+jobs) and fast-forward are not in it. A point function other
 than the simulator's own weighs every point alike.
 """
 
@@ -39,13 +40,21 @@ _LINES_PER_SIZE_LINE: dict[str, Callable[[int], int]] = {
     "allreduce": lambda gpus: 2 * gpus if gpus > 2 else 3,
 }
 
-# Seconds of a point on 2026-12-07's machine (the Fig 9 main grid, 360 points, two workers:
-# least squares of the point times relative to themselves, docs/sweeps.md "Progress"): a fixed
-# part and a cost per job, each growing with the pod's GPU count.
-_FIXED_S = 0.015
-_FIXED_PER_GPU_S = 0.0006
-_PER_JOB_S = 1.7e-5
-_PER_JOB_PER_GPU_S = 3.8e-7
+# Seconds on 2026-12-07's machine, fitted to the Fig 9 main grid run that day (360 points, two
+# workers, one thread each; docs/sweeps.md "Progress"). The replay (least squares, relative to
+# each point's time, of the point's time less the passes' estimate below): a fixed part and a
+# cost per job growing with the pod.
+_REPLAY_FIXED_S = 0.0135
+_PER_JOB_S = 1.74e-5
+_PER_JOB_PER_GPU_S = 2.78e-7
+# Generating the plan and the configuration's passes (the rest of the point's time), per moving
+# step: the sums over the grid's points and 95 more (allgather and allreduce, alltoall in part;
+# 8-64 GPUs, 100 KiB and 1 MiB, UA and NAP+NAR, 1, 4 and 16 threadblocks per peer) over their
+# steps: UA 64.0 us, UA+NAR 83.8, NAP+NAR 224.0, NUMA+NAR 440.3 (the last two read every
+# threadblock's chunk accesses).
+_PASSES_PER_STEP_S = 64e-6
+_NAR_PER_STEP_S = 20e-6
+_PLACEMENT_PER_STEP_S = {"ua": 0.0, "nap": 140e-6, "nap*": 140e-6, "numa": 356e-6}
 
 #: seconds a new worker takes before its first point's replay: the interpreter, nuna's imports
 #: and the compiled replay loop read from numba's cache (2.0-2.4 s wall for a fresh process to
@@ -55,12 +64,20 @@ _WORKER_START_S = 2.0
 _DEFAULT_LINE_BYTES = 256
 
 
-def estimated_lines(collective: str, gpus: int, size_bytes: int, line_bytes: int = _DEFAULT_LINE_BYTES) \
-        -> int:
-    """Lines (flits) the replay's moving steps carry in all, for a collective as the generator
-    writes it (a collective this model does not know: as an allgather)."""
+def moving_steps(collective: str, gpus: int, tbs_per_peer: int = 1) -> int:
+    """Steps that move data in a generated plan: each a share of a chunk (``size_bytes / gpus``)
+    split among the ``tbs_per_peer`` threadblocks of a peer (a collective this model does not
+    know: as an allgather)."""
     factor = _LINES_PER_SIZE_LINE.get(collective, _LINES_PER_SIZE_LINE["allgather"])(gpus)
-    return max(1, -(-size_bytes // line_bytes) * factor)
+    return factor * gpus * max(1, tbs_per_peer)
+
+
+def estimated_lines(collective: str, gpus: int, size_bytes: int, line_bytes: int = _DEFAULT_LINE_BYTES,
+                    tbs_per_peer: int = 1) -> int:
+    """Lines (flits) the replay's moving steps carry in all, for a collective as the generator
+    writes it: each step's share rounded up to whole lines."""
+    share = -(-size_bytes // (gpus * max(1, tbs_per_peer)))
+    return max(1, moving_steps(collective, gpus, tbs_per_peer) * -(-share // line_bytes))
 
 
 def estimated_jobs(point: Mapping[str, Any], line_bytes: int = _DEFAULT_LINE_BYTES) -> int:
@@ -69,7 +86,7 @@ def estimated_jobs(point: Mapping[str, Any], line_bytes: int = _DEFAULT_LINE_BYT
     (``"auto"``: as the simulator chooses them)."""
     gpus = int(point.get("gpus", 2))
     collective, size_bytes = str(point.get("collective", "")), int(point.get("size_bytes", 0))
-    lines = estimated_lines(collective, gpus, size_bytes, line_bytes)
+    lines = estimated_lines(collective, gpus, size_bytes, line_bytes, int(point.get("tbs_per_peer") or 1))
     # a concurrent GEMM (Fig 14) is one re step per tile on every GPU: its matrix's lines each
     lines += gpus * -(-int(point.get("gemm_bytes") or 0) // line_bytes)
     packet = point.get("packet_bytes", line_bytes)
@@ -90,8 +107,20 @@ def point_cost(point_function: str, point: Mapping[str, Any]) -> float:
         return 1.0
     gpus = int(point.get("gpus", 2))
     jobs = estimated_jobs(point)
-    replay = _FIXED_S + _FIXED_PER_GPU_S * gpus + jobs * (_PER_JOB_S + _PER_JOB_PER_GPU_S * gpus)
-    return replay * _replays(point)
+    replay = _REPLAY_FIXED_S + jobs * (_PER_JOB_S + _PER_JOB_PER_GPU_S * gpus)
+    return (replay + _passes_cost(point)) * _replays(point)
+
+
+def _passes_cost(point: Mapping[str, Any]) -> float:
+    """Seconds to generate the point's plan and run its configuration's passes."""
+    from nuna.passes.configs import get_config
+
+    steps = moving_steps(str(point.get("collective", "")), int(point.get("gpus", 2)),
+                         int(point.get("tbs_per_peer") or 1))
+    config = get_config(str(point.get("config", "UA")))
+    per_step = _PASSES_PER_STEP_S + (_NAR_PER_STEP_S if config.nar else 0.0) \
+        + _PLACEMENT_PER_STEP_S.get(config.placement, 0.0)
+    return steps * per_step
 
 
 def _replays(point: Mapping[str, Any]) -> int:

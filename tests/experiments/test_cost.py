@@ -34,9 +34,12 @@ def _point(collective: str, gpus: int, size_bytes: int, *, tbs: int = 1, packet:
 
 
 @pytest.mark.parametrize("collective", COLLECTIVES)
-@pytest.mark.parametrize(("gpus", "tbs"), [(2, 1), (3, 1), (4, 4), (8, 1), (16, 1)])
-def test_the_jobs_counted_are_the_simulators(collective: str, gpus: int, tbs: int) -> None:
-    point = _point(collective, gpus, 96 * 1024, tbs=tbs)
+@pytest.mark.parametrize(("gpus", "tbs", "size"), [(2, 1, 96 * 1024), (3, 1, 96 * 1024), (4, 4, 96 * 1024),
+                                                   (8, 1, 96 * 1024), (16, 1, 100 * 1024),
+                                                   (8, 16, 100 * 1024), (5, 3, 100 * 1024)])
+def test_the_jobs_counted_are_the_simulators(collective: str, gpus: int, tbs: int, size: int) -> None:
+    # 100 KiB does not split into whole lines per threadblock: each step rounds its share up
+    point = _point(collective, gpus, size, tbs=tbs)
     assert estimated_jobs(point) == simulate_point(dict(point))["jobs"]
 
 
@@ -65,7 +68,11 @@ def test_cost_grows_with_the_work_at_a_fixed_packet(collective: str, gpus: int, 
     base = point_cost(DEFAULT_POINT_FUNCTION, _point(collective, gpus, size, packet=packet))
     assert base > 0
     assert point_cost(DEFAULT_POINT_FUNCTION, _point(collective, gpus, size + more, packet=packet)) >= base
-    assert point_cost(DEFAULT_POINT_FUNCTION, _point(collective, gpus + 1, size, packet=packet)) > base
+    # a larger pod: more steps, each a smaller share; where both pods' shares are whole lines
+    # (as in the simulator, rounding each share up can otherwise count fewer lines in all)
+    whole = 256 * gpus * (gpus + 1) * -(-size // (256 * gpus * (gpus + 1)))
+    assert point_cost(DEFAULT_POINT_FUNCTION, _point(collective, gpus + 1, whole, packet=packet)) > \
+        point_cost(DEFAULT_POINT_FUNCTION, _point(collective, gpus, whole, packet=packet))
 
 
 @settings(max_examples=60, deadline=None)
@@ -78,6 +85,20 @@ def test_auto_never_counts_more_jobs_than_flits_nor_far_more_than_its_target(
     if auto < flits:  # grouped: down to about the target, unless the largest packet stops it
         lines_per_largest = SimOptions().max_packet_bytes // 256
         assert auto <= 2 * SimOptions().auto_max_jobs or auto == -(-flits // lines_per_largest)
+
+
+@settings(max_examples=40, deadline=None)
+@given(collective=st.sampled_from(COLLECTIVES), gpus=st.integers(2, 64), size=SIZES,
+       tbs=st.integers(1, 16))
+def test_placements_that_read_the_accesses_cost_more(collective: str, gpus: int, size: int, tbs: int) -> None:
+    cost = {config: point_cost(DEFAULT_POINT_FUNCTION, _point(collective, gpus, size, tbs=tbs, config=config))
+            for config in ("UA", "UA+NAR", "NAP+NAR", "NUMA+NAR")}
+    assert cost["UA"] < cost["UA+NAR"] < cost["NAP+NAR"] < cost["NUMA+NAR"]
+    # more threadblocks, more steps to place; at a line per step (a chunk of one line) also
+    # more jobs (with larger shares, rounding each up to whole lines may count fewer in all)
+    tiny = [point_cost(DEFAULT_POINT_FUNCTION, _point(collective, gpus, 256 * gpus, tbs=k))
+            for k in (tbs, tbs + 1)]
+    assert tiny[1] > tiny[0]
 
 
 def test_other_point_functions_weigh_every_point_alike() -> None:
