@@ -5,17 +5,17 @@ A sweep's points differ in cost by nearly four orders of magnitude (in the Fig 9
 in spec order, small pods first, so an ETA that counts points promises far too little early
 on. Weighted by these estimates it counts work instead.
 
-The estimate is of the simulator's work: the jobs a replay has (the lines the collective's
-steps move, grouped into packets as ``--packet-bytes`` groups them, ``auto`` by the
-simulator's own rule) times a cost per job that grows with the pod (more hops per store, larger
-tables), plus a fixed part; generating the plan and running the configuration's passes, per
-step of the plan (NAP and NUMA, which read every threadblock's accesses, cost most); all times
-the replays the point runs (``nar_granularity = "auto"`` replays every granularity). Its constants were
-fitted to the Fig 9 grid's measured point times (``benchmarks/bench_fig9.py``, ``docs/sweeps.md``
-"Progress"); only their ratios matter. It counts the lines of the generator's plans exactly (a
-plan file's as if generated); packets that split by route (UA on large pods: up to 1.5x the
-jobs) and fast-forward are not in it. A point function other
-than the simulator's own weighs every point alike.
+The estimate is of the simulator's work: the jobs a replay has (the lines the collective's steps
+move, grouped into packets as ``--packet-bytes`` groups them, ``auto`` by the simulator's own
+rule) times a cost per job that grows with the pod (more hops per store, larger tables), plus a
+fixed part; generating the plan and running the configuration's passes, per step of the plan
+(NAP and NUMA, which read every threadblock's accesses, cost most); all times the replays the
+point runs (``nar_granularity = "auto"`` replays every granularity). Its constants were fitted
+to the Fig 9 grid's measured point times and, for the passes, 95 points at 1-16 threadblocks per
+peer (``benchmarks/bench_fig9.py``, ``docs/sweeps.md`` "Progress"); only their ratios matter. It
+counts the lines of the generator's plans exactly (a plan file's as if generated); packets that
+split by route (UA on large pods: up to 1.5x the jobs) and fast-forward are not in it. A point
+function other than the simulator's own weighs every point alike.
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ from nuna.experiments.spec import DEFAULT_POINT_FUNCTION, GEMM_POINT_FUNCTION
 #: the point functions whose points this model knows (their cost is the replay's)
 SIMULATING_POINT_FUNCTIONS = frozenset({DEFAULT_POINT_FUNCTION, GEMM_POINT_FUNCTION})
 
-#: lines each collective's moving steps carry, per line of ``size_bytes``, on ``gpus`` GPUs, as
-#: the generator writes its plans: allgather sends its chunk to every peer, alltoall also copies
-#: its own; reducescatter receives its peers' chunks into scratch and reduces them there (r and
-#: re besides the sends), except on 2 GPUs, where the one peer's chunk is reduced on receipt
-#: (rrc); allreduce is a reducescatter and an allgather
-_LINES_PER_SIZE_LINE: dict[str, Callable[[int], int]] = {
+#: moving steps of each GPU's plan per threadblock of a peer, as the generator writes the plans;
+#: each moves its share of a chunk (``size_bytes / gpus``). Allgather sends its chunk to every
+#: peer, alltoall also copies its own; reducescatter receives its peers' chunks into scratch and
+#: reduces them there (r and re besides the sends), except on 2 GPUs, where the one peer's chunk
+#: is reduced on receipt (rrc); allreduce is a reducescatter and an allgather.
+_STEPS_PER_GPU: dict[str, Callable[[int], int]] = {
     "allgather": lambda gpus: gpus - 1,
     "alltoall": lambda gpus: gpus,
     "reducescatter": lambda gpus: gpus + 1 if gpus > 2 else 2,
@@ -68,8 +68,8 @@ def moving_steps(collective: str, gpus: int, tbs_per_peer: int = 1) -> int:
     """Steps that move data in a generated plan: each a share of a chunk (``size_bytes / gpus``)
     split among the ``tbs_per_peer`` threadblocks of a peer (a collective this model does not
     know: as an allgather)."""
-    factor = _LINES_PER_SIZE_LINE.get(collective, _LINES_PER_SIZE_LINE["allgather"])(gpus)
-    return factor * gpus * max(1, tbs_per_peer)
+    per_gpu = _STEPS_PER_GPU.get(collective, _STEPS_PER_GPU["allgather"])(gpus)
+    return per_gpu * gpus * max(1, tbs_per_peer)
 
 
 def estimated_lines(collective: str, gpus: int, size_bytes: int, line_bytes: int = _DEFAULT_LINE_BYTES,
