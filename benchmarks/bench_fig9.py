@@ -64,6 +64,10 @@ def _label(axis: str, value: Any) -> str:
     return str(value)
 
 
+def _key(p: Mapping[str, Any]) -> tuple[str, int, int, str, int]:
+    return (p["collective"], p["gpus"], p["size_bytes"], p["config"], p["tbs_per_peer"])
+
+
 def _point_label(p: Mapping[str, Any]) -> str:
     return (f"{p['collective']} {p['gpus']} GPUs {format_size(int(p['size_bytes']))} {p['config']} "
             f"K={p['tbs_per_peer']}")
@@ -235,7 +239,7 @@ def main() -> None:
                          f"and --sizes {wanted} "
                          f"(the grid's sizes: {have})")
     print(f"fig9 grid: {len(points)} points; measuring {len(subset)} serially")
-    measured: dict[tuple[str, int, int, str, int], tuple[float, int, int]] = {}
+    measured: dict[tuple[str, int, int, str, int], tuple[float, Mapping[str, Any]]] = {}
     simulate_point(dict(subset[0]))  # JIT warm-up, as a long-lived sweep worker has it
     load_kernels(load_topology("nuna-4die"))  # and both replay loops, whichever the subset's first took
     for p in subset:
@@ -243,8 +247,7 @@ def main() -> None:
         out = simulate_point(dict(p))
         wall = time.perf_counter() - t0
         sim = out["timing"]["wall_s"]
-        key = (p["collective"], p["gpus"], p["size_bytes"], p["config"], p["tbs_per_peer"])
-        measured[key] = (wall, out["jobs"], out["events"])
+        measured[_key(p)] = (wall, p)
         rate = out["events"] / max(sim, 1e-9) / 1e6
         print(f"  {p['collective']:9s} {p['gpus']:2d} GPUs {format_size(p['size_bytes']):>5s} "
               f"{p['config']:8s} K={p['tbs_per_peer']:<2d} wall {wall:7.2f} s "
@@ -255,14 +258,12 @@ def main() -> None:
     estimate = 0.0
     heaviest: list[tuple[float, str]] = []
     for p in points:
-        key = (p["collective"], p["gpus"], p["size_bytes"], p["config"], p["tbs_per_peer"])
+        key = _key(p)
         if key in measured:
             t = measured[key][0]
         else:
             refs = [(k, v) for k, v in measured.items() if (k[0], k[3], k[4]) == (key[0], key[3], key[4])]
-            (rk, (rw, _, _)) = max(refs, key=lambda kv: kv[0][1] * kv[0][2])
-            reference = next(q for q in subset if (q["collective"], q["gpus"], q["size_bytes"], q["config"],
-                                                   q["tbs_per_peer"]) == rk)
+            _, (rw, reference) = max(refs, key=lambda kv: kv[0][1] * kv[0][2])
             t = rw * point_cost(DEFAULT_POINT_FUNCTION, p) / point_cost(DEFAULT_POINT_FUNCTION, reference)
         estimate += t
         heaviest.append((t, _point_label(p)))

@@ -66,7 +66,6 @@ class SweepProgressBar:
     def __init__(self, enabled: bool) -> None:
         self._enabled = enabled
         self._bar: Any = None
-        self._to_run = 0
 
     def __call__(self, event: SweepProgress) -> None:
         if not self._enabled:
@@ -74,23 +73,23 @@ class SweepProgressBar:
         if event.kind == "start":
             from tqdm import tqdm
 
-            self._to_run = event.to_run
             # a terminal that reports no size (a pseudo-terminal nobody sized: `script`, some CI
             # runners) got no bar at all from tqdm: draw one of 80 x 24 there
             sized = min(_terminal_size(sys.stderr)) > 0
             self._bar = tqdm(total=event.cost_to_run, file=sys.stderr, dynamic_ncols=sized,
                              ncols=None if sized else 80, nrows=None if sized else 24,
-                             desc=self._description(0), initial=0, smoothing=0,
+                             desc=self._description(event), initial=0, smoothing=0,
                              bar_format="{desc}: {percentage:3.0f}%|{bar}| [{elapsed}<{remaining}{postfix}]")
         elif self._bar is not None:
-            self._bar.set_description_str(self._description(event.completed), refresh=False)
+            self._bar.set_description_str(self._description(event), refresh=False)
             self._bar.set_postfix_str(f"failed={event.failed}" if event.failed else "", refresh=False)
             # the sum of the finished points' costs may round away from the total: end exactly there
             done = self._bar.total if event.completed == event.to_run else event.cost_completed
             self._bar.update(done - self._bar.n)
 
-    def _description(self, completed: int) -> str:
-        return f"sweep {completed}/{self._to_run} pt"
+    @staticmethod
+    def _description(event: SweepProgress) -> str:
+        return f"sweep {event.completed}/{event.to_run} pt"
 
     def close(self) -> None:
         if self._bar is not None:

@@ -80,13 +80,18 @@ def estimated_lines(collective: str, gpus: int, size_bytes: int, line_bytes: int
     return max(1, moving_steps(collective, gpus, tbs_per_peer) * -(-share // line_bytes))
 
 
+def _shape(point: Mapping[str, Any]) -> tuple[str, int, int]:
+    """A point's collective, GPU count and threadblocks per peer (a plan file's point, 0 per
+    peer: as if generated with one)."""
+    return str(point.get("collective", "")), int(point.get("gpus", 2)), int(point.get("tbs_per_peer") or 1)
+
+
 def estimated_jobs(point: Mapping[str, Any], line_bytes: int = _DEFAULT_LINE_BYTES) -> int:
     """The jobs the replay of ``point`` (a sweep point's inputs) would hold: its collective's
     lines and its GEMM's (``gemm_bytes``), grouped into packets of ``packet_bytes``
     (``"auto"``: as the simulator chooses them)."""
-    gpus = int(point.get("gpus", 2))
-    collective, size_bytes = str(point.get("collective", "")), int(point.get("size_bytes", 0))
-    lines = estimated_lines(collective, gpus, size_bytes, line_bytes, int(point.get("tbs_per_peer") or 1))
+    collective, gpus, tbs_per_peer = _shape(point)
+    lines = estimated_lines(collective, gpus, int(point.get("size_bytes", 0)), line_bytes, tbs_per_peer)
     # a concurrent GEMM (Fig 14) is one re step per tile on every GPU: its matrix's lines each
     lines += gpus * -(-int(point.get("gemm_bytes") or 0) // line_bytes)
     packet = point.get("packet_bytes", line_bytes)
@@ -105,9 +110,8 @@ def point_cost(point_function: str, point: Mapping[str, Any]) -> float:
     machine the constants were fitted on); 1.0 for a point function this model does not know."""
     if point_function not in SIMULATING_POINT_FUNCTIONS:
         return 1.0
-    gpus = int(point.get("gpus", 2))
-    jobs = estimated_jobs(point)
-    replay = _REPLAY_FIXED_S + jobs * (_PER_JOB_S + _PER_JOB_PER_GPU_S * gpus)
+    _, gpus, _ = _shape(point)
+    replay = _REPLAY_FIXED_S + estimated_jobs(point) * (_PER_JOB_S + _PER_JOB_PER_GPU_S * gpus)
     return (replay + _passes_cost(point)) * _replays(point)
 
 
@@ -115,8 +119,7 @@ def _passes_cost(point: Mapping[str, Any]) -> float:
     """Seconds to generate the point's plan and run its configuration's passes."""
     from nuna.passes.configs import get_config
 
-    steps = moving_steps(str(point.get("collective", "")), int(point.get("gpus", 2)),
-                         int(point.get("tbs_per_peer") or 1))
+    steps = moving_steps(*_shape(point))
     config = get_config(str(point.get("config", "UA")))
     per_step = _PASSES_PER_STEP_S + (_NAR_PER_STEP_S if config.nar else 0.0) \
         + _PLACEMENT_PER_STEP_S.get(config.placement, 0.0)
