@@ -30,14 +30,13 @@ import json
 import math
 import tempfile
 import time
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from nuna.errors import NunaError
 from nuna.experiments import store
-from nuna.experiments.cost import point_cost, worker_start_cost
+from nuna.experiments.cost import axis_name, point_cost, split_by_axes, worker_start_cost
 from nuna.experiments.executors import POINT_WALL_KEY, TIMING_KEY
 from nuna.experiments.figures import run_figure
 from nuna.experiments.points import simulate_point
@@ -53,15 +52,7 @@ CORES = 2
 
 
 #: the axes a sweep's point time is split by, in the order printed
-AXES = (("size", "size_bytes"), ("pod", "gpus"), ("collective", "collective"), ("configuration", "config"))
-
-
-def _label(axis: str, value: Any) -> str:
-    if axis == "size_bytes":
-        return format_size(int(value))
-    if axis == "gpus":
-        return f"{value} GPUs"
-    return str(value)
+AXES = ("size_bytes", "gpus", "collective", "config")
 
 
 def _key(p: Mapping[str, Any]) -> tuple[str, int, int, str, int]:
@@ -77,21 +68,13 @@ def time_breakdown(records: Sequence[Mapping[str, Any]], top: int = 5) -> dict[s
     """Where a sweep's time went, from its result records (:func:`nuna.experiments.store.
     load_results`): the points' wall time (the runner's ``timing.point_wall_s``) in all and the part in
     ``simulate`` (``timing.wall_s``), the point time summed per value of each axis of
-    :data:`AXES` (in the axis's natural order), and the ``top`` costliest points."""
-    total = sim = 0.0
-    by: dict[str, dict[Any, float]] = {key: defaultdict(float) for _, key in AXES}
-    points: list[tuple[float, str]] = []
-    for r in records:
-        t = float(r[TIMING_KEY][POINT_WALL_KEY])
-        total += t
-        sim += float(r[TIMING_KEY].get("wall_s", 0.0))
-        p = r["point"]
-        for _, key in AXES:
-            by[key][p[key]] += t
-        points.append((t, _point_label(p)))
-    points.sort(key=lambda tl: (-tl[0], tl[1]))
-    return {"points": len(records), "point_s": total, "simulate_s": sim,
-            "by": {name: [(_label(key, v), by[key][v]) for v in sorted(by[key])] for name, key in AXES},
+    :data:`AXES` (in the axis's natural order: :func:`nuna.experiments.cost.split_by_axes`, as
+    ``nuna sweep --dry-run`` splits its estimate), and the ``top`` costliest points."""
+    rows = [(r["point"], float(r[TIMING_KEY][POINT_WALL_KEY])) for r in records]
+    sim = sum(float(r[TIMING_KEY].get("wall_s", 0.0)) for r in records)
+    points = sorted(((t, _point_label(p)) for p, t in rows), key=lambda tl: (-tl[0], tl[1]))
+    by = {axis_name(axis): list(cells) for axis, cells in split_by_axes(rows, AXES, varying_only=False)}
+    return {"points": len(records), "point_s": sum(t for _, t in rows), "simulate_s": sim, "by": by,
             "costliest": points[:top]}
 
 

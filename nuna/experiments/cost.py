@@ -12,18 +12,25 @@ fixed part; generating the plan and running the configuration's passes, per step
 (NAP and NUMA, which read every threadblock's accesses, cost most); all times the replays the
 point runs (``nar_granularity = "auto"`` replays every granularity). Its constants were fitted
 to the Fig 9 grid's measured point times and, for the passes, 95 points at 1-16 threadblocks per
-peer (``benchmarks/bench_fig9.py``, ``docs/sweeps.md`` "Progress"); only their ratios matter. It
-counts the lines of the generator's plans exactly (a plan file's as if generated); packets that
-split by route (UA on large pods: up to 1.5x the jobs) and fast-forward are not in it. A point
-function other than the simulator's own weighs every point alike.
+peer (``benchmarks/bench_fig9.py``, ``docs/sweeps.md`` "Progress"), in seconds of the machine
+they were fitted on: the ETA needs only their ratios, a dry run's estimate
+(:func:`estimate_work`) the seconds. It counts the lines of the generator's plans exactly (a
+plan file's as if generated); packets that split by route (UA on large pods: up to 1.5x the
+jobs) and fast-forward are not in it. A point function other than the simulator's own weighs
+every point alike.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import heapq
+import math
+from collections import defaultdict
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from nuna.experiments.spec import DEFAULT_POINT_FUNCTION, GEMM_POINT_FUNCTION
+from nuna.units import format_size
 
 #: the point functions whose points this model knows (their cost is the replay's)
 SIMULATING_POINT_FUNCTIONS = frozenset({DEFAULT_POINT_FUNCTION, GEMM_POINT_FUNCTION})
@@ -41,12 +48,14 @@ _STEPS_PER_GPU: dict[str, Callable[[int], int]] = {
 }
 
 # Seconds on 2026-12-07's machine, fitted to the Fig 9 main grid run that day (360 points, two
-# workers, one thread each; docs/sweeps.md "Progress"). The replay (least squares, relative to
-# each point's time, of the point's time less the passes' estimate below): a fixed part and a
-# cost per job growing with the pod.
-_REPLAY_FIXED_S = 0.0135
-_PER_JOB_S = 1.74e-5
-_PER_JOB_PER_GPU_S = 2.78e-7
+# workers, one thread each; docs/sweeps.md "Progress"). The replay: a fixed part and a cost per
+# job growing with the pod, their ratios by least squares relative to each point's time (of the
+# point's time less the passes' estimate below), then scaled by 1.297 so that the estimates sum
+# to the grid's point time (relative least squares alone fell 23 % short of it in sum, which a
+# dry run's total would show; the ETA, a ratio, moves by at most 0.01).
+_REPLAY_FIXED_S = 0.0175
+_PER_JOB_S = 2.26e-5
+_PER_JOB_PER_GPU_S = 3.61e-7
 # Generating the plan and the configuration's passes (the rest of the point's time), per moving
 # step: the sums over the grid's points and 95 more (allgather and allreduce, alltoall in part;
 # 8-64 GPUs, 100 KiB and 1 MiB, UA and NAP+NAR, 1, 4 and 16 threadblocks per peer) over their
@@ -141,3 +150,100 @@ def worker_start_cost(point_function: str) -> float:
     """Relative cost (as :func:`point_cost`'s) of starting one worker for ``point_function``:
     in a short sweep it outweighs the points (0 for a point function this model does not know)."""
     return _WORKER_START_S if point_function in SIMULATING_POINT_FUNCTIONS else 0.0
+
+
+#: the point inputs a sweep's work is split by (:func:`split_by_axes`), in the order printed
+AXES = ("size_bytes", "gpus", "collective", "config", "tbs_per_peer", "nar_granularity", "gemm_bytes",
+        "packet_bytes", "topology", "plan")
+
+_AXIS_NAMES = {"size_bytes": "size", "gpus": "pod", "config": "configuration",
+               "tbs_per_peer": "threadblocks per peer", "nar_granularity": "NAR granularity",
+               "gemm_bytes": "GEMM", "packet_bytes": "packets"}
+
+
+def axis_name(axis: str) -> str:
+    """How an axis of :data:`AXES` is named in a report."""
+    return _AXIS_NAMES.get(axis, axis)
+
+
+def axis_value_label(axis: str, value: Any) -> str:
+    """How a value of ``axis`` is shown: sizes in their exact unit, pods as ``N GPUs``."""
+    if axis in ("size_bytes", "gemm_bytes") and isinstance(value, int):
+        return format_size(value)
+    if axis == "gpus":
+        return f"{value} GPUs"
+    return str(value)
+
+
+def _natural(value: Any) -> tuple[int, float, str]:
+    # numbers before words, numbers by value: 100KiB before 1GiB, 8 GPUs before 64
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return (0, float(value), "")
+    return (1, 0.0, str(value))
+
+
+def split_by_axes(rows: Sequence[tuple[Mapping[str, Any], float]], axes: Sequence[str] = AXES,
+                  varying_only: bool = True) -> tuple[tuple[str, tuple[tuple[str, float], ...]], ...]:
+    """``rows`` of (point inputs, seconds) summed per value of each of ``axes``, values in their
+    natural order, labelled by :func:`axis_value_label`. A point without the axis (``None`` or
+    absent: a configuration without NAR has no granularity) is left out of that axis's sums. With
+    ``varying_only`` an axis with fewer than two values is left out."""
+    out = []
+    for axis in axes:
+        sums: dict[Hashable, float] = defaultdict(float)
+        for point, seconds in rows:
+            value = point.get(axis)
+            if value is not None:
+                sums[value] += seconds
+        if len(sums) >= (2 if varying_only else 1):
+            cells = tuple((axis_value_label(axis, v), sums[v]) for v in sorted(sums, key=_natural))
+            out.append((axis, cells))
+    return tuple(out)
+
+
+def schedule_wall_s(costs: Sequence[float], workers: int, start_s: float = 0.0) -> float:
+    """Wall time of ``costs`` run in the order given on ``workers`` workers that each start
+    after ``start_s``: every point goes to the first worker free, as the sweep's executors hand
+    out points in spec order."""
+    if not costs:
+        return 0.0
+    free = [start_s] * max(1, workers)
+    for cost in costs:
+        heapq.heappush(free, heapq.heappop(free) + cost)
+    return max(free)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkEstimate:
+    """The estimated cost of a sweep's points to run (:func:`estimate_work`), in the cost model's
+    seconds (those of the machine its constants were fitted on: ``docs/sweeps.md``, "Progress").
+
+    ``known`` is False for a point function the model does not know (every point then weighs 1
+    and no time is given). ``wall_s`` is the run's time on ``workers`` workers, their start
+    included, ``None`` when the workers are a cluster's (``workers == 0``). ``by_axis``: the
+    work per value of each axis the points vary in (:func:`split_by_axes`); ``costliest``: the
+    dearest points, ``(seconds, label)``."""
+
+    points: int
+    known: bool
+    work_s: float
+    workers: int
+    wall_s: float | None
+    by_axis: tuple[tuple[str, tuple[tuple[str, float], ...]], ...]
+    costliest: tuple[tuple[float, str], ...]
+
+
+def estimate_work(point_function: str, points: Sequence[tuple[Mapping[str, Any], str]], workers: int,
+                  top: int = 3) -> WorkEstimate:
+    """Estimate the work of ``points`` (each its inputs and label, in the order they will run)
+    for ``point_function`` on ``workers`` started workers (0: a cluster's, already running)."""
+    known = point_function in SIMULATING_POINT_FUNCTIONS
+    costs = [point_cost(point_function, point) for point, _ in points]
+    start_s = worker_start_cost(point_function)
+    wall = schedule_wall_s(costs, workers, start_s) if known and workers > 0 else None
+    ranked = sorted(((c, label) for c, (_, label) in zip(costs, points, strict=True)),
+                    key=lambda cl: (-cl[0], cl[1]))
+    rows = [(point, c) for c, (point, _) in zip(costs, points, strict=True)]
+    return WorkEstimate(points=len(points), known=known, work_s=math.fsum(costs), workers=workers,
+                        wall_s=wall, by_axis=split_by_axes(rows) if known else (),
+                        costliest=tuple(ranked[:top]) if known else ())

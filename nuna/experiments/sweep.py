@@ -19,7 +19,7 @@ from typing import Literal
 
 from nuna.errors import UsageError
 from nuna.experiments import store
-from nuna.experiments.cost import point_cost, worker_start_cost
+from nuna.experiments.cost import WorkEstimate, estimate_work, point_cost, worker_start_cost
 from nuna.experiments.executors import (
     Task,
     check_executor,
@@ -49,6 +49,7 @@ __all__ = [
     "load_results",
     "load_sweep_spec",
     "run_sweep",
+    "sweep_estimate",
     "sweep_status",
     "tasks_of",
 ]
@@ -236,7 +237,41 @@ def sweep_status(spec: SweepSpec, out_dir: str | Path, reuse: Sequence[str | Pat
     takes them) would find, without running or writing anything: the points it would copy
     from ``reuse`` count as done (``adopted``). ``InputError`` where :func:`run_sweep` would
     refuse a folder."""
-    folder = Path(out_dir)
+    found = _found(spec, Path(out_dir), reuse)
+    done = sum(1 for s in found.status.values() if s == "ok")
+    return _summary(spec, found.folder, found.tasks, found.labels, found.status, done, 0, found.unusable,
+                    set(), found.adopted)
+
+
+def sweep_estimate(spec: SweepSpec, out_dir: str | Path, reuse: Sequence[str | Path] = (), *,
+                   retry_failed: bool = False, executor: str = "local", jobs: int | None = None,
+                   scheduler: str | None = None) -> WorkEstimate:
+    """The estimated work of the points a run of ``spec`` into ``out_dir`` would compute (as
+    :func:`run_sweep` takes these options), and its time on the workers it would start, without
+    running or writing anything (:func:`nuna.experiments.cost.estimate_work`)."""
+    _check_options(executor, jobs, scheduler)
+    found = _found(spec, Path(out_dir), reuse)
+    points = [(point.as_dict(), found.labels[task.point_id]) for task, point in found.pairs
+              if found.status[task.point_id] == "pending"
+              or (retry_failed and found.status[task.point_id] == "failed")]
+    return estimate_work(spec.point_function, points, started_workers(jobs, scheduler, len(points)))
+
+
+@dataclass(frozen=True, slots=True)
+class _Found:
+    """A sweep folder's state for a spec, as a run would find it (the ``reuse`` folders'
+    results counted as done)."""
+
+    folder: Path
+    pairs: tuple[tuple[Task, Point], ...]
+    tasks: list[Task]
+    labels: dict[str, str]
+    status: dict[str, store.Status]
+    unusable: int
+    adopted: int
+
+
+def _found(spec: SweepSpec, folder: Path, reuse: Sequence[str | Path]) -> _Found:
     store.check_output_folder(folder)
     reuse_folders = tuple(Path(r) for r in reuse)
     store.check_reuse_folders(reuse_folders, folder)
@@ -248,8 +283,7 @@ def sweep_status(spec: SweepSpec, out_dir: str | Path, reuse: Sequence[str | Pat
     for task, _ in store.reusable_results(folder, tasks, reuse_folders):
         status[task.point_id] = "ok"  # the run copies it in and drops a failure record
         adopted += 1
-    done = sum(1 for s in status.values() if s == "ok")
-    return _summary(spec, folder, tasks, labels, status, done, 0, unusable, set(), adopted)
+    return _Found(folder, pairs, tasks, labels, status, unusable, adopted)
 
 
 def _summary(
