@@ -38,7 +38,7 @@ from nuna.errors import NunaError
 from nuna.experiments import store
 from nuna.experiments.cost import axis_name, point_cost, split_by_axes, worker_start_cost
 from nuna.experiments.executors import POINT_WALL_KEY, TIMING_KEY
-from nuna.experiments.figures import run_figure
+from nuna.experiments.figures import FigureOptions, run_figure
 from nuna.experiments.points import simulate_point
 from nuna.experiments.spec import DEFAULT_POINT_FUNCTION, expand
 from nuna.experiments.store import load_results
@@ -156,7 +156,7 @@ def run_grid(out: Path, jobs: int) -> None:
     if out.exists() and any(out.iterdir()):
         raise SystemExit(f"bench_fig9: --out {out} is not empty: finished points would be reused, not timed")
     t0 = time.perf_counter()
-    fig = run_figure("fig9", out, jobs=jobs, only={"tbs_per_peer": ["1"]})
+    fig = run_figure("fig9", out, FigureOptions(only={"tbs_per_peer": ["1"]}), jobs=jobs)
     wall = time.perf_counter() - t0
     records = load_results(fig.sweep_dir)
     failed = len(fig.summary.failed)

@@ -15,7 +15,8 @@ from typing import Any, Literal
 import typer
 
 from nuna.errors import PlanError, SimulationError, UsageError
-from nuna.experiments.sweep import SweepProgress
+from nuna.experiments.cost import WorkEstimate, axis_name
+from nuna.experiments.sweep import SweepProgress, SweepSummary
 from nuna.fsutil import check_writable, write_atomic
 from nuna.topology.spec import is_topology_path
 from nuna.units import parse_size
@@ -203,3 +204,36 @@ def naming_the_plan(path: Path) -> Iterator[None]:
             raise
         raise type(err)(f"{path}: {err}") from None
 
+
+def _span(seconds: float) -> str:
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def report_dry_run(found: tuple[SweepSummary, WorkEstimate], reused_from: str) -> None:
+    """Print what a dry run found (``nuna sweep`` and ``nuna figure``): the points' state, the
+    points found done in the folders reused (named ``reused_from``), and the estimated work
+    (``found``: :func:`nuna.experiments.sweep.sweep_estimate`)."""
+    status, est = found
+    reused = f" ({status.adopted} from {reused_from})" if status.adopted else ""
+    typer.echo(f"sweep {status.name}: {status.total} points: {status.ok} done{reused}, "
+               f"{len(status.failed)} failed, {status.pending} pending")
+    if est.points == 0:
+        return
+    if not est.known:
+        typer.echo(f"estimate: none for this point function ({est.points} points to run)")
+        return
+    on = (f", about {_span(est.wall_s)} on {est.workers} worker{'s' if est.workers > 1 else ''}"
+          if est.wall_s is not None else " (the cluster's workers: no time estimated)")
+    typer.echo(f"estimate: {_span(est.work_s)} of point time for {est.points} points{on} (seconds of the "
+               f"machine the cost model was fitted to: docs/sweeps.md, 'Progress')")
+    for axis, cells in est.by_axis:
+        shares = ", ".join(f"{label} {100 * t / max(est.work_s, 1e-12):.0f}%" for label, t in cells)
+        typer.echo(f"  by {axis_name(axis)}: {shares}")
+    for seconds, label in est.costliest:
+        typer.echo(f"  costliest: {_span(seconds)} {label}")

@@ -8,8 +8,16 @@ from pathlib import Path
 
 import typer
 
-from nuna.cli.common import LINE_SETUPS_HELP, ExecutorName, LineSetups, SweepProgressBar, parse_size_option
-from nuna.experiments.figures import FIGURES, run_figure
+from nuna.cli.common import (
+    LINE_SETUPS_HELP,
+    ExecutorName,
+    LineSetups,
+    SweepProgressBar,
+    parse_size_option,
+    report_dry_run,
+)
+from nuna.experiments.figures import FIGURES, FigureOptions, figure_spec, figure_sweep_folders, run_figure
+from nuna.experiments.sweep import sweep_estimate
 from nuna.topology.spec import is_topology_path, load_topology
 from nuna.units import format_size
 
@@ -61,6 +69,9 @@ def figure(
     executor_slices: bool = typer.Option(False, "--executor-slices", help="Run every threadblock's steps "
                                          "slice by slice as the MSCCL executors do (docs/simulator.md "
                                          "section 3), into a sweep of its own (fig9-slices)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Count the figure's done/failed/pending points "
+                                 "(those of its other sweeps under --out count as done) and estimate the "
+                                 "work left; run and draw nothing."),
 ) -> None:
     """Render one of the paper's Figures 9-14 from its sweep (run or resumed as needed).
 
@@ -69,20 +80,28 @@ def figure(
     if name not in FIGURES:
         raise typer.BadParameter(f"unknown figure {name!r} (choose from {', '.join(FIGURES)})",
                                  param_hint="NAME")
-    bar = SweepProgressBar(enabled=not quiet and sys.stderr.isatty())
-    try:
-        axes = {"collectives": collectives, "gpus": gpus, "sizes": sizes, "configs": configs,
-                "tbs_per_peer": tbs_per_peer}
-        only = {axis: value.split(",") for axis, value in axes.items() if value is not None}
-        if topology is not None:
-            load_topology(topology)  # a bad name or file fails here, before any point runs
-            only["topologies"] = [str(Path(topology).resolve()) if is_topology_path(topology) else topology]
-        cap = None if max_packet_bytes is None else parse_size_option(max_packet_bytes)
-        result = run_figure(name, out, spec_dir=spec_dir, quick=quick, executor=executor.value, jobs=jobs,
-                            progress=bar, only=only, windowed=windowed, max_packet_bytes=cap,
-                            fast_forward=fast_forward, retry_failed=retry_failed,
+    axes = {"collectives": collectives, "gpus": gpus, "sizes": sizes, "configs": configs,
+            "tbs_per_peer": tbs_per_peer}
+    only = {axis: value.split(",") for axis, value in axes.items() if value is not None}
+    if topology is not None:
+        load_topology(topology)  # a bad name or file fails here, before any point runs
+        only["topologies"] = [str(Path(topology).resolve()) if is_topology_path(topology) else topology]
+    cap = None if max_packet_bytes is None else parse_size_option(max_packet_bytes)
+    options = FigureOptions(spec_dir=spec_dir, quick=quick, only=only, windowed=windowed,
+                            max_packet_bytes=cap, fast_forward=fast_forward,
                             line_setups=None if line_setups is None else line_setups.value,
                             reduce_fusion=not no_reduce_fusion, executor_slices=executor_slices)
+    if dry_run:
+        spec = figure_spec(name, options)
+        folder, siblings = figure_sweep_folders(name, spec, out)
+        found = sweep_estimate(spec, folder, siblings, retry_failed=retry_failed, executor=executor.value,
+                               jobs=jobs)
+        report_dry_run(found, f"{name}'s other sweeps")
+        return
+    bar = SweepProgressBar(enabled=not quiet and sys.stderr.isatty())
+    try:
+        result = run_figure(name, out, options, executor=executor.value, jobs=jobs, progress=bar,
+                            retry_failed=retry_failed)
     finally:
         bar.close()
     s = result.summary

@@ -7,14 +7,12 @@ from pathlib import Path
 
 import typer
 
-from nuna.cli.common import ExecutorName, SweepProgressBar
-from nuna.experiments.cost import WorkEstimate, axis_name
+from nuna.cli.common import ExecutorName, SweepProgressBar, report_dry_run
 from nuna.experiments.sweep import (
     SweepSummary,
     load_sweep_spec,
     run_sweep,
     sweep_estimate,
-    sweep_status,
 )
 
 
@@ -29,31 +27,6 @@ def _report(summary: SweepSummary) -> None:
     for failure in summary.failed:
         note = "" if failure.this_run else " [earlier run; not retried]"
         typer.echo(f"failed: {failure.describe()}{note}", err=True)
-
-
-def _span(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
-def _report_estimate(est: WorkEstimate) -> None:
-    if est.points == 0:
-        return
-    if not est.known:
-        typer.echo(f"estimate: none for this point function ({est.points} points to run)")
-        return
-    on = (f", about {_span(est.wall_s)} on {est.workers} worker{'s' if est.workers > 1 else ''}"
-          if est.wall_s is not None else " (the cluster's workers: no time estimated)")
-    typer.echo(f"estimate: {_span(est.work_s)} of point time for {est.points} points{on} (seconds of the "
-               f"machine the cost model was fitted to: docs/sweeps.md, 'Progress')")
-    for axis, cells in est.by_axis:
-        shares = ", ".join(f"{label} {100 * t / max(est.work_s, 1e-12):.0f}%" for label, t in cells)
-        typer.echo(f"  by {axis_name(axis)}: {shares}")
-    for seconds, label in est.costliest:
-        typer.echo(f"  costliest: {_span(seconds)} {label}")
 
 
 def sweep(
@@ -81,12 +54,8 @@ def sweep(
         raise typer.BadParameter("the cluster at --scheduler sets its workers", param_hint="--jobs")
     spec = load_sweep_spec(spec_path)
     if dry_run:  # both check the --reuse folders before anything else
-        status = sweep_status(spec, out, reuse)
-        reused = f" ({status.adopted} from --reuse)" if status.adopted else ""
-        typer.echo(f"sweep {status.name}: {status.total} points: {status.ok} done{reused}, "
-                   f"{len(status.failed)} failed, {status.pending} pending")
-        _report_estimate(sweep_estimate(spec, out, reuse, retry_failed=retry_failed, executor=executor.value,
-                                        jobs=jobs, scheduler=scheduler))
+        report_dry_run(sweep_estimate(spec, out, reuse, retry_failed=retry_failed, executor=executor.value,
+                                      jobs=jobs, scheduler=scheduler), "--reuse")
         return
     bar = SweepProgressBar(enabled=not quiet and sys.stderr.isatty())
     try:

@@ -65,6 +65,12 @@ _PASSES_PER_STEP_S = 64e-6
 _NAR_PER_STEP_S = 20e-6
 _PLACEMENT_PER_STEP_S = {"ua": 0.0, "nap": 140e-6, "nap*": 140e-6, "numa": 356e-6}
 
+# A GEMM's job (a line of a tile's re step: two loads, the vector unit, a store) costs about
+# 1.9 of a collective's: fitted to the sum of Fig 14's 36 points (8 GPUs, GEMMs of 1-16 MB beside
+# a 1 MiB allgather, 2026-12-07), which the collective's weight alone estimated at 0.57 of their
+# time (40-49 us a GEMM line measured, 25.5 us a job in the model at 8 GPUs).
+_GEMM_JOB_WEIGHT = 1.9
+
 #: seconds a new worker takes before its first point's replay: the interpreter, nuna's imports
 #: and the compiled replay loop read from numba's cache (2.0-2.4 s wall for a fresh process to
 #: import and run a 2-GPU 100 KiB point, 0.02-0.03 s of which the point itself, 2026-12-07)
@@ -99,10 +105,16 @@ def estimated_jobs(point: Mapping[str, Any], line_bytes: int = _DEFAULT_LINE_BYT
     """The jobs the replay of ``point`` (a sweep point's inputs) would hold: its collective's
     lines and its GEMM's (``gemm_bytes``), grouped into packets of ``packet_bytes``
     (``"auto"``: as the simulator chooses them)."""
+    return _jobs(point, line_bytes)[0]
+
+
+def _jobs(point: Mapping[str, Any], line_bytes: int) -> tuple[int, int]:
+    """:func:`estimated_jobs`, and how many of them its GEMM's lines alone would make."""
     collective, gpus, tbs_per_peer = _shape(point)
     lines = estimated_lines(collective, gpus, int(point.get("size_bytes", 0)), line_bytes, tbs_per_peer)
     # a concurrent GEMM (Fig 14) is one re step per tile on every GPU: its matrix's lines each
-    lines += gpus * -(-int(point.get("gemm_bytes") or 0) // line_bytes)
+    gemm_lines = gpus * -(-int(point.get("gemm_bytes") or 0) // line_bytes)
+    lines += gemm_lines
     packet = point.get("packet_bytes", line_bytes)
     if packet == "auto":
         from nuna.sim.replay import SimOptions, auto_packet_bytes
@@ -111,7 +123,7 @@ def estimated_jobs(point: Mapping[str, Any], line_bytes: int = _DEFAULT_LINE_BYT
         options = SimOptions() if cap is None else SimOptions(max_packet_bytes=int(cap))
         packet = auto_packet_bytes(lines, line_bytes, options)
     lines_per_packet = max(1, int(packet) // line_bytes)
-    return max(1, -(-lines // lines_per_packet))
+    return max(1, -(-lines // lines_per_packet)), -(-gemm_lines // lines_per_packet)
 
 
 def point_cost(point_function: str, point: Mapping[str, Any]) -> float:
@@ -120,7 +132,9 @@ def point_cost(point_function: str, point: Mapping[str, Any]) -> float:
     if point_function not in SIMULATING_POINT_FUNCTIONS:
         return 1.0
     _, gpus, _ = _shape(point)
-    replay = _REPLAY_FIXED_S + estimated_jobs(point) * (_PER_JOB_S + _PER_JOB_PER_GPU_S * gpus)
+    jobs, gemm_jobs = _jobs(point, _DEFAULT_LINE_BYTES)
+    weighted = jobs + (_GEMM_JOB_WEIGHT - 1.0) * gemm_jobs
+    replay = _REPLAY_FIXED_S + weighted * (_PER_JOB_S + _PER_JOB_PER_GPU_S * gpus)
     return (replay + _passes_cost(point)) * _replays(point)
 
 

@@ -105,6 +105,32 @@ class FigureOutput:
     data: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class FigureOptions:
+    """How a figure's sweep differs from its spec file: ``spec_dir`` (the folder of
+    ``figN.toml``; default :func:`default_spec_dir`); ``quick``, a reduced grid
+    (:func:`quick_spec`); ``only``, grid axes replaced (:func:`nuna.experiments.spec.
+    restrict_grid`: a partial grid, named after the change, before ``quick`` reduces it
+    further); ``windowed``, every point replayed windowed or with one queue
+    (:func:`nuna.experiments.spec.windowed_spec`; ``None`` leaves it to the simulator);
+    ``max_packet_bytes``, a cap on ``"auto"``'s packets (:func:`nuna.experiments.spec.
+    packet_cap_spec`); ``fast_forward`` (:func:`nuna.experiments.spec.fast_forward_spec`);
+    ``line_setups`` other than the simulator's default (:func:`nuna.experiments.spec.
+    line_setups_spec`); ``reduce_fusion`` ``False``, each ``re`` step on its own
+    (:func:`nuna.experiments.spec.no_fusion_spec`); ``executor_slices``, steps slice by slice
+    (:func:`nuna.experiments.spec.slices_spec`)."""
+
+    spec_dir: str | Path | None = None
+    quick: bool = False
+    only: Mapping[str, Sequence[str]] | None = None
+    windowed: bool | None = None
+    max_packet_bytes: int | None = None
+    fast_forward: bool = False
+    line_setups: str | None = None
+    reduce_fusion: bool = True
+    executor_slices: bool = False
+
+
 def _check_name(name: str) -> str:
     if name not in FIGURES:
         raise UsageError(f"unknown figure {name!r} (choose from {', '.join(FIGURES)})")
@@ -143,44 +169,27 @@ def quick_spec(name: str, spec: SweepSpec, keep: Collection[str] = ()) -> SweepS
                                gemm_bytes=tuple(sorted(spec.gemm_bytes)[:2]), also=())
 
 
-def run_figure(name: str, out_dir: str | Path, *, spec_dir: str | Path | None = None, quick: bool = False,
-               executor: str = "local", jobs: int | None = None,
-               progress: ProgressCallback | None = None,
-               only: Mapping[str, Sequence[str]] | None = None, windowed: bool | None = None,
-               max_packet_bytes: int | None = None, fast_forward: bool = False,
-               line_setups: str | None = None, reduce_fusion: bool = True,
-               executor_slices: bool = False, retry_failed: bool = False) -> FigureOutput:
-    """Run (or resume) figure ``name``'s sweep under ``out_dir/sweeps`` and write
-    ``out_dir/NAME.{png,svg,json}`` (``NAME-quick.*`` with ``quick``). ``only`` replaces grid
-    axes (:func:`nuna.experiments.spec.restrict_grid`: a partial grid, named after the change,
-    before ``quick`` reduces it further). Points that the figure's other sweep folders under
-    ``out_dir/sweeps`` already hold (the full grid, other partial grids) are reused, not rerun.
-    Points that failed are left out of the picture; the summary says which, and a rerun with
-    ``retry_failed`` runs them again (as :func:`nuna.experiments.sweep.run_sweep`). ``windowed``
-    replays every point with windowed scheduling or with one queue
-    (:func:`nuna.experiments.spec.windowed_spec`); ``None`` leaves it to the simulator.
-    ``max_packet_bytes`` caps ``"auto"``'s packets (:func:`nuna.experiments.spec.packet_cap_spec`);
-    ``fast_forward`` skips steady states (:func:`nuna.experiments.spec.fast_forward_spec`);
-    ``line_setups`` other than the simulator's default replays packets with another head set-up
-    rule (:func:`nuna.experiments.spec.line_setups_spec`); ``reduce_fusion`` ``False`` replays
-    each ``re`` step on its own (:func:`nuna.experiments.spec.no_fusion_spec`);
-    ``executor_slices`` runs steps slice by slice (:func:`nuna.experiments.spec.slices_spec`)."""
-    spec = load_sweep_spec(figure_spec_path(name, spec_dir))
-    if only:
-        spec = restrict_grid(spec, only)
-    if quick:
-        spec = quick_spec(name, spec, keep=tuple(only or ()))
-    if windowed is not None:
-        spec = windowed_spec(spec, windowed)
-    if max_packet_bytes is not None:
-        spec = packet_cap_spec(spec, max_packet_bytes)
-    if fast_forward:
+def figure_spec(name: str, options: FigureOptions = FigureOptions()) -> SweepSpec:
+    """The sweep spec :func:`run_figure` runs for figure ``name`` with ``options``, checked as
+    it checks it: every point can run, and the figure draws one topology (or one plan per
+    collective and pod)."""
+    o = options
+    spec = load_sweep_spec(figure_spec_path(name, o.spec_dir))
+    if o.only:
+        spec = restrict_grid(spec, o.only)
+    if o.quick:
+        spec = quick_spec(name, spec, keep=tuple(o.only or ()))
+    if o.windowed is not None:
+        spec = windowed_spec(spec, o.windowed)
+    if o.max_packet_bytes is not None:
+        spec = packet_cap_spec(spec, o.max_packet_bytes)
+    if o.fast_forward:
         spec = fast_forward_spec(spec)
-    if line_setups is not None and line_setups != DEFAULT_LINE_SETUPS:
-        spec = line_setups_spec(spec, line_setups)
-    if not reduce_fusion:
+    if o.line_setups is not None and o.line_setups != DEFAULT_LINE_SETUPS:
+        spec = line_setups_spec(spec, o.line_setups)
+    if not o.reduce_fusion:
         spec = no_fusion_spec(spec)
-    if executor_slices:
+    if o.executor_slices:
         spec = slices_spec(spec)
     # the command line's values (a pod size, a threadblock count, a packet cap) meet the
     # spec's topologies only here: a combination no point could run is an error now
@@ -200,14 +209,36 @@ def run_figure(name: str, out_dir: str | Path, *, spec_dir: str | Path | None = 
                              f"{Path(other).name} and {Path(plan.path).name} are both {plan.collective} on "
                              f"{plan.gpus} GPUs; give each its own spec (--spec-dir), or sweep them with "
                              "`nuna sweep` and compare the results")
+    return spec
+
+
+def figure_sweep_folders(name: str, spec: SweepSpec, out_dir: str | Path) -> tuple[Path, list[Path]]:
+    """Where :func:`run_figure` runs ``spec`` (figure ``name``'s, from :func:`figure_spec`) under
+    ``out_dir``, and the figure's other sweep folders there whose points it reuses (the full
+    grid, other partial grids). Reads only: nothing is created."""
+    sweeps = Path(out_dir) / "sweeps"
+    # run_sweep skips the folder itself among these; a folder that holds no sweep (made by
+    # hand, say) has nothing to reuse and is no reason to refuse the run
+    siblings = [d for d in sorted(sweeps.iterdir())
+                if d.is_dir() and (d.name == name or d.name.startswith(f"{name}-")) and is_sweep_folder(d)] \
+        if sweeps.is_dir() else []
+    return sweeps / spec.name, siblings
+
+
+def run_figure(name: str, out_dir: str | Path, options: FigureOptions = FigureOptions(), *,
+               executor: str = "local", jobs: int | None = None, progress: ProgressCallback | None = None,
+               retry_failed: bool = False) -> FigureOutput:
+    """Run (or resume) figure ``name``'s sweep (its spec as ``options`` change it:
+    :func:`figure_spec`) under ``out_dir/sweeps`` and write ``out_dir/NAME.{png,svg,json}``
+    (``NAME-quick.*`` with ``options.quick``). Points that the figure's other sweep folders
+    under ``out_dir/sweeps`` already hold (the full grid, other partial grids) are reused, not
+    rerun. Points that failed are left out of the picture; the summary says which, and a rerun
+    with ``retry_failed`` runs them again (as :func:`nuna.experiments.sweep.run_sweep`)."""
+    spec = figure_spec(name, options)
     out = Path(out_dir)
     make_folder(out, "figure folder")  # one line naming it when a file is in the way
     make_folder(out / "sweeps", "sweeps folder")
-    sweep_dir = out / "sweeps" / spec.name
-    # run_sweep skips the folder itself among these; a folder that holds no sweep (made by
-    # hand, say) has nothing to reuse and is no reason to refuse the run
-    siblings = [d for d in sorted((out / "sweeps").iterdir())
-                if d.is_dir() and (d.name == name or d.name.startswith(f"{name}-")) and is_sweep_folder(d)]
+    sweep_dir, siblings = figure_sweep_folders(name, spec, out)
     summary = run_sweep(spec, sweep_dir, executor=executor, jobs=jobs, retry_failed=retry_failed,
                         progress=progress, reuse=siblings)
     data = figure_data(name, load_results(sweep_dir))

@@ -245,16 +245,20 @@ def sweep_status(spec: SweepSpec, out_dir: str | Path, reuse: Sequence[str | Pat
 
 def sweep_estimate(spec: SweepSpec, out_dir: str | Path, reuse: Sequence[str | Path] = (), *,
                    retry_failed: bool = False, executor: str = "local", jobs: int | None = None,
-                   scheduler: str | None = None) -> WorkEstimate:
-    """The estimated work of the points a run of ``spec`` into ``out_dir`` would compute (as
-    :func:`run_sweep` takes these options), and its time on the workers it would start, without
-    running or writing anything (:func:`nuna.experiments.cost.estimate_work`)."""
+                   scheduler: str | None = None) -> tuple[SweepSummary, WorkEstimate]:
+    """:func:`sweep_status`, and the estimated work of the points a run of ``spec`` into
+    ``out_dir`` would compute (with these options, as :func:`run_sweep` takes them) and its time
+    on the workers it would start (:func:`nuna.experiments.cost.estimate_work`), without running
+    or writing anything."""
     _check_options(executor, jobs, scheduler)
     found = _found(spec, Path(out_dir), reuse)
+    done = sum(1 for s in found.status.values() if s == "ok")
+    summary = _summary(spec, found.folder, found.tasks, found.labels, found.status, done, 0, found.unusable,
+                       set(), found.adopted)
     points = [(point.as_dict(), found.labels[task.point_id]) for task, point in found.pairs
               if found.status[task.point_id] == "pending"
               or (retry_failed and found.status[task.point_id] == "failed")]
-    return estimate_work(spec.point_function, points, started_workers(jobs, scheduler, len(points)))
+    return summary, estimate_work(spec.point_function, points, started_workers(jobs, scheduler, len(points)))
 
 
 @dataclass(frozen=True, slots=True)

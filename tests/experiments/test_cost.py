@@ -122,7 +122,15 @@ def test_a_concurrent_gemms_jobs_are_counted(gpus: int) -> None:
     point = dict(_point("allgather", gpus, 1 << 20, packet=256), gemm_bytes=1000 * 1024)
     jobs = gemm_point(dict(point))["jobs"]
     assert estimated_jobs(point) == jobs
-    assert jobs > estimated_jobs(dict(point, gemm_bytes=0))
+    alone = dict(point, gemm_bytes=0)
+    assert jobs > estimated_jobs(alone)
+    # a GEMM's job weighs more than a collective's (its line loads two operands: Fig 14's
+    # points took 1.9 times the collective's rate per GEMM line)
+    empty = dict(alone, size_bytes=0)
+    per_job = (point_cost(GEMM_POINT_FUNCTION, alone) - point_cost(GEMM_POINT_FUNCTION, empty)) \
+        / (estimated_jobs(alone) - estimated_jobs(empty))
+    extra = point_cost(GEMM_POINT_FUNCTION, point) - point_cost(GEMM_POINT_FUNCTION, alone)
+    assert extra > 1.5 * per_job * (jobs - estimated_jobs(alone))
 
 
 @pytest.mark.parametrize("jobs", [1, 2])

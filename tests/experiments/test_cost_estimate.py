@@ -98,7 +98,8 @@ def test_a_point_function_the_model_does_not_know_gets_a_count_and_no_time() -> 
 def test_the_dry_run_estimate_is_the_pending_points_costs_scheduled_in_spec_order(
         write_spec: Callable[..., Path], tmp_path: Path) -> None:
     spec = load_sweep_spec(write_spec(SIM_SPEC))
-    est = sweep_estimate(spec, tmp_path / "out", jobs=2)
+    status, est = sweep_estimate(spec, tmp_path / "out", jobs=2)
+    assert (status.total, status.pending) == (16, 16)
     points = [p.as_dict() for _, p in tasks_of(spec)]
     costs = [point_cost(DEFAULT_POINT_FUNCTION, p) for p in points]
     assert (est.points, est.known, est.workers) == (16, True, 2)
@@ -111,7 +112,7 @@ def test_the_dry_run_estimate_is_the_pending_points_costs_scheduled_in_spec_orde
     assert pods["64 GPUs"] > 10 * pods["2 GPUs"]
     assert not (tmp_path / "out").exists()  # a dry run writes nothing
     # a cluster's workers are its own: the work, no time
-    on_cluster = sweep_estimate(spec, tmp_path / "out", executor="dask", scheduler="tcp://127.0.0.1:1")
+    _, on_cluster = sweep_estimate(spec, tmp_path / "out", executor="dask", scheduler="tcp://127.0.0.1:1")
     assert (on_cluster.workers, on_cluster.wall_s, on_cluster.work_s) == (0, None, est.work_s)
 
 
@@ -120,12 +121,13 @@ def test_the_dry_run_estimates_only_what_the_run_would_compute(
         monkeypatch: pytest.MonkeyPatch) -> None:
     spec = load_sweep_spec(write_spec())
     total = len(tasks_of(spec))
-    assert sweep_estimate(spec, tmp_path / "out").points == total
+    assert sweep_estimate(spec, tmp_path / "out")[1].points == total
     monkeypatch.setenv("NUNA_FAKE_FAIL_GPUS", "8")
     summary = run_sweep(spec, tmp_path / "out", jobs=1)
     assert 0 < len(summary.failed) < total
-    assert sweep_estimate(spec, tmp_path / "out").points == 0
-    again = sweep_estimate(spec, tmp_path / "out", retry_failed=True, jobs=4)
+    status, est = sweep_estimate(spec, tmp_path / "out")
+    assert (status.pending, len(status.failed), est.points) == (0, len(summary.failed), 0)
+    _, again = sweep_estimate(spec, tmp_path / "out", retry_failed=True, jobs=4)
     assert (again.points, again.known, again.wall_s) == (len(summary.failed), False, None)
 
 

@@ -498,10 +498,23 @@ def test_cli_figure_runs_a_partial_grid(run_cli: Callable[..., Any], tmp_path: P
     assert "0 ran" in sub.out
     sub_rows = json.loads((tmp_path / "fig9-collectivesallgather-configsUA-quick.json").read_text())["rows"]
     assert sub_rows == [r for r in data["rows"] if r["config"] == "UA"]
-    bad = run_cli("figure", "fig9", "--gpus", "1", "-o", tmp_path, "-q")
-    assert bad.code == 1
-    assert bad.err.count("\n") == 1
-    assert "GPU count must be between 2" in bad.err
+    # a dry run of the whole quick grid counts those points as done and estimates the rest,
+    # writing nothing
+    dry = run_cli("figure", "fig9", "--quick", "--dry-run", "-o", tmp_path, "--jobs", "2")
+    assert dry.code == 0, dry.err
+    lines = dry.out.splitlines()
+    assert lines[0] == ("sweep fig9-quick: 12 points: 2 done (2 from fig9's other sweeps), 0 failed, "
+                        "10 pending")
+    assert lines[1].startswith("estimate: ")
+    assert "for 10 points, about " in lines[1]
+    assert "on 2 workers" in lines[1]
+    assert not (tmp_path / "sweeps" / "fig9-quick").exists()
+    assert not (tmp_path / "fig9-quick.png").exists()
+    for args in (("--gpus", "1"), ("--gpus", "1", "--dry-run")):  # the dry run checks as the run does
+        bad = run_cli("figure", "fig9", *args, "-o", tmp_path, "-q")
+        assert bad.code == 1
+        assert bad.err.count("\n") == 1
+        assert "GPU count must be between 2" in bad.err
 
 
 def test_cli_figure_runs_its_grid_on_another_topology(run_cli: Callable[..., Any], tmp_path: Path) -> None:

@@ -402,7 +402,7 @@ def test_a_file_edited_during_the_sweep_fails_its_points(tmp_path: Path, edited:
 
 def test_a_figure_refuses_two_plan_files_of_one_collective_and_pod(tmp_path: Path) -> None:
     # the bars of two plans would be drawn on top of each other (they were, unsaid)
-    from nuna.experiments.figures import run_figure
+    from nuna.experiments.figures import FigureOptions, run_figure
 
     for name, k in (("a.xml", 1), ("b.xml", 2)):
         save(generate("allgather", 2, tbs_per_peer=k), tmp_path / name)
@@ -412,10 +412,10 @@ def test_a_figure_refuses_two_plan_files_of_one_collective_and_pod(tmp_path: Pat
                                      'sizes = ["16KiB"]\nconfigs = ["UA", "NAP+NAR"]\n')
     with pytest.raises(InputError, match=r"fig9 draws one bar per collective and pod, but plan files a\.xml "
                                          r"and b\.xml are both allgather on 2 GPUs"):
-        run_figure("fig9", tmp_path / "out", spec_dir=specs, jobs=1)
+        run_figure("fig9", tmp_path / "out", FigureOptions(spec_dir=specs), jobs=1)
     assert not (tmp_path / "out").exists()
     # one plan per collective and pod is drawn, its rows naming the file
     (specs / "fig9.toml").write_text('[sweep]\nname = "fig9"\n[grid]\nplans = ["../a.xml"]\n'
                                      'sizes = ["16KiB"]\nconfigs = ["UA", "NAP+NAR"]\n')
-    result = run_figure("fig9", tmp_path / "out", spec_dir=specs, jobs=1)
+    result = run_figure("fig9", tmp_path / "out", FigureOptions(spec_dir=specs), jobs=1)
     assert {row["plan"] for row in result.data["rows"]} == {"a.xml"}
