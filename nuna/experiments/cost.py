@@ -7,17 +7,18 @@ on. Weighted by these estimates it counts work instead.
 
 The estimate is of the simulator's work: the jobs a replay has (the lines the collective's steps
 move, grouped into packets as ``--packet-bytes`` groups them, ``auto`` by the simulator's own
-rule) times a cost per job that grows with the pod (more hops per store, larger tables), plus a
-fixed part; generating the plan and running the configuration's passes, per step of the plan
-(NAP and NUMA, which read every threadblock's accesses, cost most); all times the replays the
-point runs (``nar_granularity = "auto"`` replays every granularity). Its constants were fitted
-to the Fig 9 grid's measured point times and, for the passes, 95 points at 1-16 threadblocks per
-peer (``benchmarks/bench_fig9.py``, ``docs/sweeps.md`` "Progress"), in seconds of the machine
-they were fitted on: the ETA needs only their ratios, a dry run's estimate
-(:func:`estimate_work`) the seconds. It counts the lines of the generator's plans exactly (a
-plan file's as if generated); packets that split by route (UA on large pods: up to 1.5x the
-jobs) and fast-forward are not in it. A point function other than the simulator's own weighs
-every point alike.
+rule) times a cost per job that grows with the pod (more hops per store, larger tables; a
+GEMM's job costs more), plus a fixed part; generating the plan and running the configuration's
+passes, per step of the plan (NAP and NUMA, which read every threadblock's accesses, cost
+most); all times the replays the point runs (``nar_granularity = "auto"`` replays every
+granularity). Its constants were fitted to the Fig 9 grid's measured point times, Fig 14's for
+the GEMM and, for the passes, 95 points at 1-16 threadblocks per peer
+(``benchmarks/bench_fig9.py``, ``docs/sweeps.md`` "Progress"), in seconds of the machine they
+were fitted on: the ETA needs only their ratios, a dry run's estimate (:func:`estimate_work`)
+the seconds. It counts the lines of the generator's plans exactly (a plan file's as if
+generated); packets that split by route (UA on large pods: up to 1.5x the jobs) and
+fast-forward are not in it. A point function other than the simulator's own weighs every
+point alike.
 """
 
 from __future__ import annotations
