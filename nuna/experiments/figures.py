@@ -105,7 +105,7 @@ class FigureOutput:
     data: dict[str, Any]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FigureOptions:
     """How a figure's sweep differs from its spec file: ``spec_dir`` (the folder of
     ``figN.toml``; default :func:`default_spec_dir`); ``quick``, a reduced grid

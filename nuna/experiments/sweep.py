@@ -237,10 +237,7 @@ def sweep_status(spec: SweepSpec, out_dir: str | Path, reuse: Sequence[str | Pat
     takes them) would find, without running or writing anything: the points it would copy
     from ``reuse`` count as done (``adopted``). ``InputError`` where :func:`run_sweep` would
     refuse a folder."""
-    found = _found(spec, Path(out_dir), reuse)
-    done = sum(1 for s in found.status.values() if s == "ok")
-    return _summary(spec, found.folder, found.tasks, found.labels, found.status, done, 0, found.unusable,
-                    set(), found.adopted)
+    return _found(spec, Path(out_dir), reuse).summary(spec)
 
 
 def sweep_estimate(spec: SweepSpec, out_dir: str | Path, reuse: Sequence[str | Path] = (), *,
@@ -252,13 +249,11 @@ def sweep_estimate(spec: SweepSpec, out_dir: str | Path, reuse: Sequence[str | P
     or writing anything."""
     _check_options(executor, jobs, scheduler)
     found = _found(spec, Path(out_dir), reuse)
-    done = sum(1 for s in found.status.values() if s == "ok")
-    summary = _summary(spec, found.folder, found.tasks, found.labels, found.status, done, 0, found.unusable,
-                       set(), found.adopted)
     points = [(point.as_dict(), found.labels[task.point_id]) for task, point in found.pairs
               if found.status[task.point_id] == "pending"
               or (retry_failed and found.status[task.point_id] == "failed")]
-    return summary, estimate_work(spec.point_function, points, started_workers(jobs, scheduler, len(points)))
+    return found.summary(spec), estimate_work(spec.point_function, points,
+                                              started_workers(jobs, scheduler, len(points)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,6 +268,12 @@ class _Found:
     status: dict[str, store.Status]
     unusable: int
     adopted: int
+
+    def summary(self, spec: SweepSpec) -> SweepSummary:
+        """The folder's state as :func:`sweep_status` reports it (nothing run)."""
+        done = sum(1 for s in self.status.values() if s == "ok")
+        return _summary(spec, self.folder, self.tasks, self.labels, self.status, done, 0, self.unusable,
+                        set(), self.adopted)
 
 
 def _found(spec: SweepSpec, folder: Path, reuse: Sequence[str | Path]) -> _Found:
