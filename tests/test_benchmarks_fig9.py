@@ -81,6 +81,27 @@ def test_the_cost_eta_is_exact_for_a_serial_run_whose_times_follow_the_costs(
         assert by_count >= 0
 
 
+@settings(max_examples=50, deadline=None)
+@given(costs=st.lists(st.floats(min_value=0.01, max_value=1e3), min_size=4, max_size=40),
+       start=st.floats(min_value=0.5, max_value=1e3))
+def test_a_workers_start_is_charged_to_its_first_point_as_the_runner_charges_it(
+        costs: list[float], start: float) -> None:
+    # one worker whose first point also pays the worker's start (as a fresh process's first
+    # point pays its warm-up): charged that start, the ETA is the time left at every mark
+    bench = benchmark_module("bench_fig9")
+    rows, t = [], 0.0
+    for i, cost in enumerate(costs):
+        wall = cost + (start if i == 0 else 0.0)
+        t += wall
+        rows.append((t, wall, cost))
+    charged = bench.progress_check(rows, workers=1, start_cost=start)
+    for _, _, left, _, by_cost in charged["marks"]:
+        assert by_cost == pytest.approx(left, rel=1e-6, abs=1e-6)
+    # without the charge the first point looks dear, and the ETA is too long while it counts
+    first = bench.progress_check(rows)["marks"][0]
+    assert first[4] > first[2] * (1 + 1e-9) or first[2] == pytest.approx(0.0, abs=1e-6)
+
+
 def test_the_count_eta_misses_when_the_dear_points_come_last() -> None:
     bench = benchmark_module("bench_fig9")
     rows, t = [], 0.0
