@@ -59,19 +59,26 @@ def test_grid_refuses_a_folder_with_results_in_it(tmp_path: Any) -> None:
         bench.run_grid(tmp_path, 2)
 
 
+def _serial(walls: list[float], costs: list[float], t0: float = 0.0) -> list[tuple[float, float, float]]:
+    """``progress_check``'s rows of one worker running points of these wall times and costs."""
+    rows, t = [], t0
+    for wall, cost in zip(walls, costs, strict=True):
+        t += wall
+        rows.append((t, wall, cost))
+    return rows
+
+
+costs_st = st.lists(st.floats(min_value=0.01, max_value=1e3), min_size=4, max_size=40)
+
+
 @settings(max_examples=50, deadline=None)
-@given(costs=st.lists(st.floats(min_value=0.01, max_value=1e3), min_size=4, max_size=40),
-       seconds_per_cost=st.floats(min_value=0.01, max_value=10.0))
+@given(costs=costs_st, seconds_per_cost=st.floats(min_value=0.01, max_value=10.0))
 def test_the_cost_eta_is_exact_for_a_serial_run_whose_times_follow_the_costs(
         costs: list[float], seconds_per_cost: float) -> None:
     # one worker, each point taking its estimated cost's time: the cost-weighted ETA is the time
     # left at every mark; the count's only where the points cost alike
     bench = benchmark_module("bench_fig9")
-    rows, t = [], 1000.0
-    for cost in costs:
-        t += cost * seconds_per_cost
-        rows.append((t, cost * seconds_per_cost, cost))
-    check = bench.progress_check(rows)
+    check = bench.progress_check(_serial([c * seconds_per_cost for c in costs], costs, 1000.0))
     assert check["wall_s"] == pytest.approx(sum(costs) * seconds_per_cost)
     assert check["ratios"] == pytest.approx([seconds_per_cost] * len(costs))
     assert [m[0] for m in check["marks"]] == list(bench.ETA_MARKS)
@@ -82,18 +89,13 @@ def test_the_cost_eta_is_exact_for_a_serial_run_whose_times_follow_the_costs(
 
 
 @settings(max_examples=50, deadline=None)
-@given(costs=st.lists(st.floats(min_value=0.01, max_value=1e3), min_size=4, max_size=40),
-       start=st.floats(min_value=0.5, max_value=1e3))
+@given(costs=costs_st, start=st.floats(min_value=0.5, max_value=1e3))
 def test_a_workers_start_is_charged_to_its_first_point_as_the_runner_charges_it(
         costs: list[float], start: float) -> None:
     # one worker whose first point also pays the worker's start (as a fresh process's first
     # point pays its warm-up): charged that start, the ETA is the time left at every mark
     bench = benchmark_module("bench_fig9")
-    rows, t = [], 0.0
-    for i, cost in enumerate(costs):
-        wall = cost + (start if i == 0 else 0.0)
-        t += wall
-        rows.append((t, wall, cost))
+    rows = _serial([costs[0] + start, *costs[1:]], costs)
     charged = bench.progress_check(rows, workers=1, start_cost=start)
     for _, _, left, _, by_cost in charged["marks"]:
         assert by_cost == pytest.approx(left, rel=1e-6, abs=1e-6)
@@ -104,10 +106,8 @@ def test_a_workers_start_is_charged_to_its_first_point_as_the_runner_charges_it(
 
 def test_the_count_eta_misses_when_the_dear_points_come_last() -> None:
     bench = benchmark_module("bench_fig9")
-    rows, t = [], 0.0
-    for cost in [1.0] * 90 + [100.0] * 10:  # a sweep's order: small pods first
-        t += cost
-        rows.append((t, cost, cost))
+    costs = [1.0] * 90 + [100.0] * 10  # a sweep's order: small pods first
+    rows = _serial(costs, costs)
     half = next(m for m in bench.progress_check(rows)["marks"] if m[0] == 0.5)
     _, elapsed, left, by_count, by_cost = half
     assert (elapsed, left) == (50.0, 1040.0)
