@@ -28,6 +28,7 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import PurePath
 from typing import Any
 
 from nuna.experiments.spec import DEFAULT_POINT_FUNCTION, GEMM_POINT_FUNCTION
@@ -182,11 +183,14 @@ def axis_name(axis: str) -> str:
 
 
 def axis_value_label(axis: str, value: Any) -> str:
-    """How a value of ``axis`` is shown: sizes in their exact unit, pods as ``N GPUs``."""
+    """How a value of ``axis`` is shown: sizes in their exact unit, pods as ``N GPUs``, plan and
+    topology files by name (as points' labels name them; a shipped topology's name is itself)."""
     if axis in ("size_bytes", "gemm_bytes") and isinstance(value, int):
         return format_size(value)
     if axis == "gpus":
         return f"{value} GPUs"
+    if axis in ("plan", "topology"):
+        return PurePath(str(value)).name
     return str(value)
 
 

@@ -74,6 +74,9 @@ def test_work_splits_by_each_varying_axis_in_natural_order() -> None:
     # points without NAR have no granularity: left out of that axis, not counted as "None"
     assert split["nar_granularity"] == (("4", 2.0), ("12", 4.0))
     assert dict(split_by_axes(rows, ("config",), varying_only=False)) == {"config": (("UA", 17.0),)}
+    plans = [({"plan": "/a/ring.xml"}, 1.0), ({"plan": "b/direct.xml"}, 2.0), ({"plan": "/a/ring.xml"}, 3.0)]
+    # plan files by name, as points' labels name them (in the order of their paths)
+    assert split_by_axes(plans) == (("plan", (("ring.xml", 4.0), ("direct.xml", 2.0))),)
 
 
 @settings(max_examples=100, deadline=None)
