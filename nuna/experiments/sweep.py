@@ -141,6 +141,11 @@ def tasks_of(spec: SweepSpec) -> tuple[tuple[Task, Point], ...]:
     return tuple((task(p), p) for p in expand(spec))
 
 
+def _runs(status: store.Status, retry_failed: bool) -> bool:
+    """Whether a run computes a point of this status: pending ones, and failed ones when retried."""
+    return status == "pending" or (retry_failed and status == "failed")
+
+
 def _check_options(executor: str, jobs: int | None, scheduler: str | None) -> None:
     check_executor(executor)
     if jobs is not None and jobs < 1:
@@ -193,8 +198,7 @@ def run_sweep(
         adopted = store.adopt_results(folder, tasks, reuse_folders)
         status, unusable = store.scan(folder, tasks)
         already_done = sum(1 for s in status.values() if s == "ok")
-        to_run = [t for t in tasks if status[t.point_id] == "pending"
-                  or (retry_failed and status[t.point_id] == "failed")]
+        to_run = [t for t in tasks if _runs(status[t.point_id], retry_failed)]
         store.write_index(folder, spec_json, tasks, status)
 
         ran = failed_now = 0
@@ -248,10 +252,10 @@ def sweep_estimate(spec: SweepSpec, out_dir: str | Path, reuse: Sequence[str | P
     on the workers it would start (:func:`nuna.experiments.cost.estimate_work`), without running
     or writing anything."""
     _check_options(executor, jobs, scheduler)
+    resolve_point_function(spec.point_function)  # what the run refuses, the dry run refuses
     found = _found(spec, Path(out_dir), reuse)
     points = [(point.as_dict(), found.labels[task.point_id]) for task, point in found.pairs
-              if found.status[task.point_id] == "pending"
-              or (retry_failed and found.status[task.point_id] == "failed")]
+              if _runs(found.status[task.point_id], retry_failed)]
     return found.summary(spec), estimate_work(spec.point_function, points,
                                               started_workers(jobs, scheduler, len(points)))
 

@@ -147,3 +147,15 @@ def test_nuna_sweep_dry_run_prints_the_estimate(run_cli: Callable[..., Any], wri
     shares = [int(cell.rsplit(" ", 1)[1].rstrip("%")) for cell in pods.removeprefix("  by pod: ").split(", ")]
     assert abs(sum(shares) - 100) <= len(shares)  # each share rounded
     assert sum(line.startswith("  costliest: ") for line in lines) == 3
+
+
+def test_a_dry_run_refuses_a_point_function_the_run_would_refuse(
+        run_cli: Callable[..., Any], write_spec: Callable[..., Path], tmp_path: Path) -> None:
+    typo = 'name = "est"\npoint_function = "nuna.experiments.points:nope"'
+    spec = write_spec(SIM_SPEC.replace('name = "est"', typo))
+    for extra in ((), ("--dry-run",)):
+        res = run_cli("sweep", spec, "-o", tmp_path / "out", *extra)
+        assert res.code == 1, extra
+        assert res.err.count("\n") == 1
+        assert "has no function 'nope'" in res.err
+    assert not (tmp_path / "out").exists()
