@@ -55,7 +55,7 @@ import dataclasses
 import functools
 import heapq
 import math
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
@@ -173,7 +173,7 @@ class FirstFit:
         self.budget = budget
         # per GPU, resource -> load: a dict per GPU, as keying one dict by (gpu, resource) built
         # a tuple per candidate looked at (the NAR heuristic places a plan at every G)
-        self._load: dict[int, dict[int, int]] = {}
+        self._load: defaultdict[int, dict[int, int]] = defaultdict(dict)
         # first class that may still have room, per (gpu, candidate list name); loads only
         # grow, so a class whose every member is full stays full and later scans can skip it
         self._start: dict[tuple[int, int], int] = {}
@@ -190,15 +190,19 @@ class FirstFit:
         must always come with the same classes) and charge it; returns the resource, whether it
         fitted and, when it did not, the least load among the candidates before the charge."""
         key = (gpu, order_key)
-        load = self._gpu_load(gpu)
+        load = self._load[gpu]
         budget = self.budget
         start = self._start.get(key, 0)
         leading = True  # still in the run of full classes the scan starts with
         for i in range(start, len(classes)):
             cls = classes[i]
-            if len(cls) > self._SCAN:
+            big = len(cls) > self._SCAN
+            if big:
                 heap = self._heap((gpu, order_key, i), load, cls)
                 least, pos, best = heap[0]
+            elif len(cls) == 1:  # stack orders: the scan below, of one candidate
+                best = cls[0]
+                least, pos = load.get(best, 0), 0
             else:  # the same choice as the heap's, by a scan
                 least, pos, best = budget + 1, -1, -1
                 for j, r in enumerate(cls):
@@ -216,7 +220,7 @@ class FirstFit:
                 self._start[key] = start
             if least + demand <= budget:
                 load[best] = least + demand
-                if len(cls) > self._SCAN:
+                if big:
                     heapq.heapreplace(heap, (least + demand, pos, best))
                 return best, True, least
         if leading:
@@ -228,7 +232,7 @@ class FirstFit:
         """:meth:`take` among the candidates not in ``taken`` (the further stacks of a chunk
         spread over several)."""
         rest = tuple(c for c in (tuple(r for r in cls if r not in taken) for cls in classes) if c)
-        load = self._gpu_load(gpu)
+        load = self._load[gpu]
         budget = self.budget
         for cls in rest:  # the least-loaded candidate of a class fits if any does
             least, _, best = min((load.get(r, 0), j, r) for j, r in enumerate(cls))
@@ -269,23 +273,19 @@ class FirstFit:
         heapq.heapreplace(heap, (least + demand, j, r))
         return r, False, least
 
-    def charge(self, gpu: int, resource: int, amount: int) -> None:
-        """Add ``amount`` to a resource without a placement decision (a further access)."""
+    def charge(self, gpu: int, resources: Iterable[int], amount: int) -> None:
+        """Add ``amount`` to each of ``resources`` without a placement decision (a further
+        access to a chunk placed before)."""
         if amount < 0:
             raise ValueError("a load only grows (the heaps of _least rely on it)")
         if amount:
-            load = self._gpu_load(gpu)
-            load[resource] = load.get(resource, 0) + amount
+            load = self._load[gpu]
+            for r in resources:
+                load[r] = load.get(r, 0) + amount
 
     def loads(self) -> tuple[tuple[int, int, int], ...]:
         """``(gpu, resource, load)`` of every resource charged, sorted."""
         return tuple(sorted((g, r, v) for g, load in self._load.items() for r, v in load.items()))
-
-    def _gpu_load(self, gpu: int) -> dict[int, int]:
-        load = self._load.get(gpu)
-        if load is None:
-            load = self._load[gpu] = {}
-        return load
 
 
 def spread_classes(spec: TopologySpec, *keys_ns: npt.NDArray[np.float64]) -> Classes:
@@ -374,13 +374,18 @@ def physical_placement(groups: Sequence[LogicalGroup], nar_max: int, spec: Topol
         if place_memory else Counter()
     chunk_pages = -(-chunk_bytes // spec.chip.page_bytes)
     near_cu: dict[tuple[int, int], Classes] = {}  # (cu, domain) -> the domain's stacks by distance
+    # tb_demand_requests, which depends only on a threadblock's chunk count (the loop below runs
+    # once per threadblock per candidate granularity of the NAR heuristic: hoisted)
+    demand_of: dict[int, int] = {}
     for i, group in enumerate(groups):
         nar = i % nar_max  # Fig 7 caption: the first group uses domain 0 (see the module doc)
         group_domain.append(nar)
         cu_order, port_stacks, own_stacks = orders[nar]
         for member in group.members:
             acc = member.access
-            demand = tb_demand_requests(acc, chunk_bytes, spec)
+            demand = demand_of.get(len(acc.chunks))
+            if demand is None:
+                demand = demand_of[len(acc.chunks)] = tb_demand_requests(acc, chunk_bytes, spec)
             cu, fitted, least = cus.take(acc.gpu, cu_order, demand, nar)
             if not fitted:
                 overflows.append(Overflow("cu", acc.gpu, cu, demand, nar, least))
@@ -389,13 +394,11 @@ def physical_placement(groups: Sequence[LogicalGroup], nar_max: int, spec: Topol
             tb_demand.append((acc.gpu, acc.tb, demand))
             if not place_memory:
                 continue
-            new = frozenset(member.new_chunks)
+            new = member.new_chunks
             for chunk in acc.chunks:
                 placed = stack_of.get(chunk)
                 if placed is not None:  # placed before: this access still loads its stacks
-                    share = -(-c_demand // len(placed))
-                    for stack in placed:
-                        stacks.charge(chunk.gpu, stack, share)
+                    stacks.charge(chunk.gpu, placed, -(-c_demand // len(placed)))
                     continue
                 if chunk not in new:  # another group's chunk, not placed yet: charge it then
                     pending[chunk] = pending.get(chunk, 0) + 1
@@ -421,9 +424,8 @@ def physical_placement(groups: Sequence[LogicalGroup], nar_max: int, spec: Topol
                         overflows.append(Overflow("stack", chunk.gpu, stack, share, nar, least))
                     placed += (stack,)
                 stack_of[chunk] = placed
-                later = pending.pop(chunk, 0)
+                stacks.charge(chunk.gpu, placed, share * pending.pop(chunk, 0))
                 for stack in placed:
-                    stacks.charge(chunk.gpu, stack, share * later)
                     chunk_out.append(ChunkPlacement(chunk.gpu, chunk.buffer, chunk.chunk, stack))
     return NapPlacement(
         domains=nar_max, groups=tuple(groups), group_domain=tuple(group_domain),

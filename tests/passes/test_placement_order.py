@@ -220,7 +220,7 @@ def test_first_fit_with_shared_resources_and_charges_chooses_as_specified(
     for op in ops:
         if op[0] == "charge":
             _, gpu, r, amount = op
-            ff.charge(gpu, r, amount)
+            ff.charge(gpu, (r,), amount)
             if amount:  # a zero charge records nothing
                 loads[gpu][r] = loads[gpu].get(r, 0) + amount
             continue
