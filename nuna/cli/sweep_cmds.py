@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import os
 import sys
+from enum import StrEnum
 from pathlib import Path
 
 import typer
 
-from nuna.cli.common import ExecutorName, SweepProgressBar, report_dry_run
+from nuna.cli.common import ExecutorName, SweepProgressBar, check_outputs, report_dry_run
+from nuna.errors import UsageError
 from nuna.experiments.sweep import (
     SweepSummary,
     load_sweep_spec,
     run_sweep,
     sweep_estimate,
 )
+from nuna.fsutil import write_atomic
 
 
 def _report(summary: SweepSummary) -> None:
@@ -70,6 +74,56 @@ def sweep(
         raise typer.Exit(1)
 
 
+class TableFormat(StrEnum):
+    CSV = "csv"
+    MARKDOWN = "markdown"
+
+
+def table(
+    folder: Path = typer.Argument(..., metavar="DIR", exists=True, file_okay=False,
+                                  help="A sweep's output folder (nuna sweep -o DIR, or a figure's "
+                                       "out/figures/sweeps/NAME)."),
+    output: Path | None = typer.Option(None, "--output", "-o",
+                                       help="File to write (default: standard output)."),
+    fmt: TableFormat | None = typer.Option(None, "--format",
+                                           help="csv (every input field) or markdown (the fields the "
+                                                "rows differ in). Default: markdown for a .md output, "
+                                                "else csv."),
+    metrics: list[str] = typer.Option([], "--metric", "-m", metavar="PATH",
+                                      help="A result value to show, e.g. busbw_gbps or "
+                                           "remote_store_latency_ns.p99 (repeatable; default: those of "
+                                           "time_us, busbw_gbps, remote-store mean and p99 and NAR "
+                                           "granularity used that the results hold)."),
+    baseline: str = typer.Option("UA", "--baseline",
+                                 help="Configuration the speedup column compares with ('none': no "
+                                      "speedup column)."),
+    best_tbs: bool = typer.Option(False, "--best-tbs",
+                                  help="One row per configuration at its fastest threadblock count, as "
+                                       "the paper compares them."),
+) -> None:
+    """Tabulate a sweep's finished points: inputs, result metrics, speedup over a baseline."""
+    from nuna.experiments.sweep import load_results
+    from nuna.experiments.table import sweep_table, to_csv, to_markdown
+
+    if output is not None:
+        check_outputs(output, inputs=(folder / "index.json",))
+        parent = os.path.realpath(output.parent)
+        if parent in (os.path.realpath(folder / "results"), os.path.realpath(folder / "failures")):
+            raise UsageError(f"{output}: inside the sweep's own records; write the table elsewhere")
+    if fmt is None:
+        fmt = TableFormat.MARKDOWN if output is not None and output.suffix.lower() in (".md", ".markdown") \
+            else TableFormat.CSV
+    result = sweep_table(load_results(folder), metrics or None,
+                         baseline=None if baseline.lower() == "none" else baseline, best_tbs=best_tbs)
+    text = to_markdown(result) if fmt is TableFormat.MARKDOWN else to_csv(result)
+    if output is None:
+        typer.echo(text, nl=False)
+        return
+    write_atomic(output, text)
+    typer.echo(f"wrote {output}: {len(result.rows)} rows, {len(result.columns)} columns", err=True)
+
+
 def register(app: typer.Typer) -> None:
-    """Add the ``sweep`` command to the root app."""
+    """Add the ``sweep`` and ``table`` commands to the root app."""
     app.command("sweep")(sweep)
+    app.command("table")(table)

@@ -253,7 +253,7 @@ def run_figure(name: str, out_dir: str | Path, options: FigureOptions = FigureOp
 # results -> numbers
 
 
-def _twin_key(point: Mapping[str, Any], ignore: Sequence[str]) -> str:
+def twin_key(point: Mapping[str, Any], ignore: Sequence[str]) -> str:
     """The point without the fields in ``ignore``, in canonical form: points that differ only
     in those fields get the same key, any other difference (even in a field added later) keeps
     them apart."""
@@ -304,7 +304,7 @@ def best_tbs_per_peer(records: Sequence[Mapping[str, Any]]) -> list[TbsChoice]:
     for record in records:
         point = record["point"]
         tbs = int(point["tbs_per_peer"])
-        group = groups.setdefault(_twin_key(point, ("tbs_per_peer",)), {})
+        group = groups.setdefault(twin_key(point, ("tbs_per_peer",)), {})
         if tbs in group:
             raise InputError(f"figure data: two results for the same point {canonical_json(dict(point))}")
         group[tbs] = record
@@ -325,13 +325,13 @@ def _rows(records: Sequence[Mapping[str, Any]], *, best_tbs: bool) -> list[tuple
     else:
         choices = [TbsChoice(r, ((int(r["point"]["tbs_per_peer"]), _time_ns(r)),)) for r in records]
         ignore = ("config", "nar_granularity")
-    base = {_twin_key(c.record["point"], ignore): c for c in choices
+    base = {twin_key(c.record["point"], ignore): c for c in choices
             if c.record["point"]["config"] == _BASELINE}
     rows = []
     for c in choices:
         p = c.record["point"]
         t = c.time_ns
-        ua = base.get(_twin_key(p, ignore))
+        ua = base.get(twin_key(p, ignore))
         row: dict[str, Any] = {
             "collective": p["collective"], "gpus": p["gpus"], "size_bytes": p["size_bytes"],
             "config": p["config"], "nar_granularity": p["nar_granularity"],
@@ -359,7 +359,7 @@ _POINT_VARIANTS = ("config", "nar_granularity", "tbs_per_peer")
 def point_key(point: Mapping[str, Any]) -> str:
     """The point a record belongs to in a speedup figure: every field but the configuration,
     the NAR granularity and the threadblock count."""
-    return _twin_key(point, _POINT_VARIANTS)
+    return twin_key(point, _POINT_VARIANTS)
 
 
 def lowest_floors(records: Sequence[Mapping[str, Any]],
