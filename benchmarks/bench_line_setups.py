@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import subprocess
 import sys
 import time
@@ -57,26 +56,17 @@ CASES: dict[str, tuple[str, int, int, int, int | str, str, float]] = {
 RULES = ("one", "series", "overlap")
 
 
-def _topology_text(sets: list[str]) -> str:
-    """nuna-4die's TOML with each ``SECTION.KEY=VALUE`` of ``sets`` replacing that key's value
-    (the parser then checks it as it checks any file)."""
-    from nuna.topology.spec import load_topology
+def topology(sets: list[str]) -> Any:
+    """nuna-4die with each ``SECTION.KEY=VALUE`` of ``sets`` set (``nuna.topology.spec``'s
+    overrides, as ``nuna simulate --set``: the parser checks a changed value as it checks a
+    file's); ``SystemExit`` naming the problem."""
+    from nuna.errors import NunaError
+    from nuna.topology.spec import load_topology, parse_override
 
-    path = load_topology("nuna-4die").path
-    assert path is not None
-    with open(path, encoding="utf-8") as fh:
-        text = fh.read()
-    for item in sets:
-        key, _, value = item.partition("=")
-        section, _, name = key.partition(".")
-        start = text.find(f"\n[{section}]\n")
-        end = text.find("\n[", start + 1)
-        end = len(text) if end < 0 else end
-        found = re.compile(rf"^{re.escape(name)} = {{ value = [^,]+,", re.M).search(text, max(start, 0), end)
-        if start < 0 or not value or found is None:
-            raise SystemExit(f"--set {item}: no key {key} with a value in nuna-4die")
-        text = text[:found.start()] + f"{name} = {{ value = {value}," + text[found.end():]
-    return text
+    try:
+        return load_topology("nuna-4die", dict(parse_override(s) for s in sets))
+    except NunaError as exc:
+        raise SystemExit(f"--set: {exc}") from None
 
 
 def parse_moves(items: list[str], cus: int) -> dict[int, int]:
@@ -114,10 +104,8 @@ def _run(name: str, rule: str, sets: list[str], moves: dict[int, int]) -> dict[s
     from nuna.plan.generate import generate
     from nuna.sim import SimOptions, simulate
     from nuna.sim.result import PORT_WAIT_CLASSES
-    from nuna.topology.spec import parse_topology
-
     coll, gpus, size, tbs, packet, config, _ = CASES[name]
-    spec = parse_topology(_topology_text(sets), "nuna-4die" + "".join(f" {s}" for s in sets))
+    spec = topology(sets)
     plan = generate(coll, gpus, algo="direct", tbs_per_peer=tbs)
     plan = apply_config(plan, config, PassContext(spec, size))
     plan, moved = move_threadblocks(plan, spec, moves) if moves else (plan, 0)
@@ -184,13 +172,7 @@ def main() -> None:
         print(json.dumps(_run(args.run[0], args.run[1], args.set, moves)))
         return
     if args.set:  # a bad key or value fails here, before any replay
-        from nuna.errors import NunaError
-        from nuna.topology.spec import parse_topology
-
-        try:
-            parse_topology(_topology_text(args.set), "nuna-4die with " + " ".join(args.set))
-        except NunaError as exc:
-            raise SystemExit(f"--set: {exc}") from None
+        topology(args.set)
     rules = [r for r in args.rules.split(",") if r]
     if unknown := sorted(set(rules) - set(RULES)):
         parser.error(f"unknown rule {', '.join(unknown)} (choose from {', '.join(RULES)})")

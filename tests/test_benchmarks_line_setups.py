@@ -1,6 +1,6 @@
-"""The ablation switch of ``benchmarks/bench_line_setups.py`` (``--set SECTION.KEY=VALUE``): it
-rewrites nuna-4die's text, so the topology parser checks the changed value as it checks a file.
-The replays themselves take minutes and are left to the benchmark's users."""
+"""The ablation switch of ``benchmarks/bench_line_setups.py`` (``--set SECTION.KEY=VALUE``): the
+topology's own overrides (``nuna simulate --set``), checked before any replay. The replays
+themselves take minutes and are left to the benchmark's users."""
 
 from __future__ import annotations
 
@@ -9,27 +9,26 @@ from typing import Any
 
 import pytest
 
-from nuna.topology.spec import load_topology, parse_topology
+from nuna.topology.spec import load_topology
 from tests.conftest import benchmark_module
 
 
 def test_set_changes_only_the_named_keys() -> None:
     bench = benchmark_module("bench_line_setups")
     base = load_topology("nuna-4die")
-    spec = parse_topology(bench._topology_text(["router.vc_buffer_flits=32",
-                                                "chip.die_crossing_bandwidth_gbps=4580.0"]))
-    want = replace(base, router=replace(base.router, vc_buffer_flits=32),
+    spec = bench.topology(["router.vc_buffer_flits=32", "chip.die_crossing_bandwidth_gbps=4580.0"])
+    want = replace(base, name=spec.name, router=replace(base.router, vc_buffer_flits=32),
                    chip=replace(base.chip, die_crossing_bandwidth_gbps=4580.0))
     assert spec == want
-    assert parse_topology(bench._topology_text([])) == base
+    assert bench.topology([]) == base
 
 
 @pytest.mark.parametrize("item", ["router.nope=3", "nope.vcs=3", "router.vcs=", "vcs=3",
-                                  "scaleup.vcs=4"])
-def test_set_refuses_a_key_nuna_4die_lacks(item: str) -> None:
+                                  "scaleup.vcs=4", "router.vcs=0"])
+def test_set_refuses_a_parameter_nuna_4die_lacks_or_a_bad_value(item: str) -> None:
     bench = benchmark_module("bench_line_setups")
-    with pytest.raises(SystemExit, match="no key"):
-        bench._topology_text([item])
+    with pytest.raises(SystemExit, match=r"^--set: "):
+        bench.topology([item])
 
 
 def test_ports_line_names_the_longest_waits() -> None:

@@ -18,7 +18,7 @@ from nuna.errors import PlanError, SimulationError, UsageError
 from nuna.experiments.cost import WorkEstimate, axis_name
 from nuna.experiments.sweep import SweepProgress, SweepSummary
 from nuna.fsutil import check_writable, write_atomic
-from nuna.topology.spec import is_topology_path
+from nuna.topology.spec import TopologySpec, is_topology_path, load_topology, parse_override
 from nuna.units import parse_size
 
 
@@ -147,6 +147,22 @@ def parse_packet_bytes_option(text: str | None) -> int | Literal["auto"] | None:
     if value <= 0:
         raise typer.BadParameter(f"invalid packet size {text!r}: must be positive")
     return value
+
+
+SET_HELP = ("Change a topology parameter for this run: SECTION.KEY=VALUE, e.g. router.vc_buffer_flits=32 "
+            "or chip.io_port_bandwidth_gbps=200 (repeatable; an ablation without a topology file of its "
+            "own; the results name the chip with the settings).")
+
+
+def topology_with_settings(topology: str, settings: Sequence[str]) -> TopologySpec:
+    """``--topology`` loaded with the parameters of its ``--set`` options changed."""
+    overrides: dict[str, Any] = {}
+    for item in settings:
+        key, value = parse_override(item)
+        if key in overrides:
+            raise UsageError(f"--set {key} given twice")
+        overrides[key] = value
+    return load_topology(topology, overrides)
 
 
 def check_outputs(*paths: Path | None, inputs: Sequence[Path | str | None] = ()) -> None:

@@ -19,11 +19,13 @@ from nuna.cli.common import (
     FLOW_CONTROL_HELP,
     PROTOCOL_MODEL_HELP,
     REDUCE_FUSION_HELP,
+    SET_HELP,
     ProtocolModel,
     check_outputs,
     naming_the_plan,
     parse_packet_bytes_option,
     parse_size_option,
+    topology_with_settings,
     write_json,
 )
 from nuna.errors import UsageError
@@ -32,7 +34,7 @@ from nuna.passes import PassContext, PlanPass, get_config
 from nuna.passes.configs import apply_choice, choose_granularity, config_names, parse_granularity
 from nuna.plan.ir import Plan
 from nuna.plan.xml import load, save
-from nuna.topology.spec import DEFAULT_TOPOLOGY, load_topology
+from nuna.topology.spec import DEFAULT_TOPOLOGY
 from nuna.units import format_size
 
 _TOPO_HELP = "Topology name or .toml path."
@@ -59,6 +61,7 @@ def register(app: typer.Typer) -> None:
             help="+NAR configs: NAR domains G (a divisor of the port count, at most the stack count), or "
                  "'auto' (simulate every G, keep the fastest). Default: the size-threshold heuristic."),
         topology: str = typer.Option(DEFAULT_TOPOLOGY, "--topology", "-t", help=_TOPO_HELP),
+        settings: list[str] = typer.Option([], "--set", metavar="SECTION.KEY=VALUE", help=SET_HELP),
         size: str | None = typer.Option(
             None, "--size", "-s",
             help="Collective size the placement is for (budgets depend on it). Default: 1MiB."),
@@ -98,7 +101,7 @@ def register(app: typer.Typer) -> None:
             raise UsageError("the replay options (--packet-bytes and the models) choose what -g auto "
                              "replays; nuna rewrite replays nothing else")
         check_outputs(output, inputs=(plan_path, topology))
-        spec = load_topology(topology)
+        spec = topology_with_settings(topology, settings)
         plan = load(plan_path)
         size_bytes = _size(size)
         if size_bytes is None:
@@ -131,6 +134,7 @@ def register(app: typer.Typer) -> None:
         nar_granularity: str | None = typer.Option(
             None, "--nar-granularity", "-g", help="G or 'auto' for the +NAR configs (default: heuristic)."),
         topology: str = typer.Option(DEFAULT_TOPOLOGY, "--topology", "-t", help=_TOPO_HELP),
+        settings: list[str] = typer.Option([], "--set", metavar="SECTION.KEY=VALUE", help=SET_HELP),
         seed: int = typer.Option(0, "--seed", help="Simulator seed."),
         json_path: Path | None = typer.Option(None, "--json", help="Also write the comparison as JSON."),
         packet_bytes: str | None = typer.Option(
@@ -150,7 +154,7 @@ def register(app: typer.Typer) -> None:
 
         names = config_names(configs)
         check_outputs(json_path, inputs=(plan_path, topology))
-        spec = load_topology(topology)
+        spec = topology_with_settings(topology, settings)
         plan = load(plan_path)
         size_bytes = _size(size)
         assert size_bytes is not None
@@ -168,6 +172,7 @@ def register(app: typer.Typer) -> None:
     def demo_cmd(
         output: Path = typer.Option(Path("nuna-demo"), "--output", "-o", help="Folder for the figures."),
         topology: str = typer.Option(DEFAULT_TOPOLOGY, "--topology", "-t", help=_TOPO_HELP),
+        settings: list[str] = typer.Option([], "--set", metavar="SECTION.KEY=VALUE", help=SET_HELP),
         tbs_per_peer: int | None = typer.Option(
             None, "--tbs-per-peer", "-k", min=1,
             help="Threadblocks per peer of the direct allgather (default: search 1, 4 and 16)."),
@@ -176,7 +181,7 @@ def register(app: typer.Typer) -> None:
         from nuna.passes.report import format_search, run_demo
 
         make_folder(output)  # before the run, not after it
-        spec = load_topology(topology)
+        spec = topology_with_settings(topology, settings)
         result = run_demo(spec, tbs_per_peer=tbs_per_peer)
         for name, data in result.files:  # before printing: a closed pipe must not cost them
             write_atomic(output / name, data)

@@ -21,12 +21,14 @@ from nuna.cli.common import (
     LINE_SETUPS_HELP,
     PROTOCOL_MODEL_HELP,
     REDUCE_FUSION_HELP,
+    SET_HELP,
     LineSetups,
     ProtocolModel,
     check_outputs,
     naming_the_plan,
     parse_packet_bytes_option,
     parse_size_option,
+    topology_with_settings,
     write_json,
 )
 from nuna.errors import NunaError, UsageError
@@ -72,17 +74,20 @@ def noc(
                                         "[router] table, and mesh unless --mesh is given, to use. Links "
                                         "stay the synthetic mode's cycles: no die crossings, ports or "
                                         "stacks.", show_default=False),
+    settings: list[str] = typer.Option([], "--set", metavar="SECTION.KEY=VALUE",
+                                       help="With --topology: " + SET_HELP),
 ) -> None:
     """Run synthetic traffic on a mesh NoC (validation against BookSim 2)."""
     from nuna.sim.network import RouterParams
     from nuna.sim.noc import run_noc  # imported here: numba start-up only for sim commands
-    from nuna.topology.spec import load_topology
 
     check_outputs(json_file, inputs=(topology,))
     params, chip = None, ""
     width, height = _mesh(mesh or "8x8")
+    if settings and topology is None:
+        raise UsageError("--set changes a parameter of the --topology chip; give one")
     if topology is not None:
-        spec = load_topology(topology)
+        spec = topology_with_settings(topology, settings)
         if spec.chip.kind != "mesh":
             raise UsageError(f"topology {spec.name} is a {spec.chip.kind} chip: it has no mesh for the "
                              "synthetic NoC mode")
@@ -153,6 +158,7 @@ def simulate(
                              "output buffer; allreduce: the buffer; reducescatter: input; alltoall: "
                              "per-rank buffer)."),
     topology: str = typer.Option("nuna-4die", "--topology", "-t", help="Topology name or .toml path."),
+    settings: list[str] = typer.Option([], "--set", metavar="SECTION.KEY=VALUE", help=SET_HELP),
     packet_bytes: str | None = typer.Option(
         None, "--packet-bytes", help="Packet size: a multiple of the flit (1024, 1KiB), or auto (larger "
         "packets for large transfers). Default: one flit of the topology (256 B on the shipped chips).",
@@ -203,7 +209,6 @@ def simulate(
     from nuna.sim.replay import simulate as run
     from nuna.sim.result import coarse_packet_note, protocol_note
     from nuna.sim.trace import chrome_trace
-    from nuna.topology.spec import load_topology
 
     size_bytes = _size(size)
     packets = parse_packet_bytes_option(packet_bytes)
@@ -219,7 +224,7 @@ def simulate(
         options = dataclasses.replace(options, line_setups=line_setups.value)
     if max_packet_bytes is not None:
         options = dataclasses.replace(options, max_packet_bytes=_size(max_packet_bytes))
-    spec = load_topology(topology)
+    spec = topology_with_settings(topology, settings)
     plan = load(plan_file)
     if config is not None:
         from nuna.passes import apply_config

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from nuna.cli.common import check_outputs, echo_json
+from nuna.cli.common import SET_HELP, check_outputs, echo_json, topology_with_settings
 from nuna.errors import InputError
 from nuna.fsutil import read_input, write_atomic
 from nuna.topology import (
@@ -67,9 +67,10 @@ def _spread_line(label: str, s: Spread) -> str:
 def show(
     topology: str = typer.Argument(DEFAULT_TOPOLOGY, help=_TOPOLOGY_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of text."),
+    settings: list[str] = typer.Option([], "--set", metavar="SECTION.KEY=VALUE", help=SET_HELP),
 ) -> None:
     """Counts and uncontended best / mean / worst latencies, with the paper's calibration targets."""
-    spec = load_topology(topology)
+    spec = topology_with_settings(topology, settings)
     summary = latency_summary(spec)
     rows = calibration_report(spec)
     if as_json:

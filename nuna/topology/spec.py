@@ -24,6 +24,7 @@ checkout when the package runs from one, else the copy shipped as package data i
 
 from __future__ import annotations
 
+import difflib
 import math
 import tomllib
 from collections.abc import Mapping
@@ -379,9 +380,11 @@ def _resolve(name_or_path: str) -> tuple[str, bytes]:
     raise TopologyError(f"unknown topology {name_or_path!r} (known: {known}; or give a path to a .toml file)")
 
 
-def load_topology(name_or_path: str | Path = DEFAULT_TOPOLOGY) -> TopologySpec:
+def load_topology(name_or_path: str | Path = DEFAULT_TOPOLOGY,
+                  overrides: Mapping[str, Any] | None = None) -> TopologySpec:
     """Read and validate a topology by name (``'nuna-4die'``) or path; raise ``TopologyError``
-    naming the file and the key on any problem."""
+    naming the file and the key on any problem. ``overrides``: parameters to change for this
+    load, ``{"router.vc_buffer_flits": 32}`` (:func:`with_overrides`)."""
     where, data = _resolve(str(name_or_path))
     if len(data) > _MAX_FILE_BYTES:
         raise TopologyError(f"{where}: file larger than {_MAX_FILE_BYTES} bytes")
@@ -389,16 +392,87 @@ def load_topology(name_or_path: str | Path = DEFAULT_TOPOLOGY) -> TopologySpec:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise TopologyError(f"{where}: not UTF-8 text") from None
-    return parse_topology(text, where)
+    doc = _toml(text, where)
+    if overrides:
+        doc, where = with_overrides(doc, overrides, where)
+    return _Parser(where).topology(doc)
 
 
 def parse_topology(text: str, where: str = "<string>") -> TopologySpec:
     """Parse topology TOML ``text``; ``where`` names it in error messages."""
+    return _Parser(where).topology(_toml(text, where))
+
+
+def _toml(text: str, where: str) -> dict[str, Any]:
     try:
-        doc = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise TopologyError(f"{where}: TOML syntax error: {err}") from None
-    return _Parser(where).topology(doc)
+
+
+#: the parameters of each table, for naming a mistyped one (the parser checks the values)
+_PARAMETERS: dict[str, tuple[str, ...]] = {
+    "chip": ("kind", *_CHIP_MESH, *(k for k in _CHIP_FLAT if k not in _CHIP_MESH)),
+    "scaleup": ("kind", *_SCALEUP),
+    "router": tuple(_ROUTER),
+    "nar": ("port_choice",),
+    "protocol": ("store_completion",),
+}
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    """``SECTION.KEY=VALUE`` as ``("SECTION.KEY", value)``: ``VALUE`` read as a TOML value
+    (``32``, ``2.5``, ``true``, ``"cu"``), or as the text itself where it is none (a bare word
+    such as ``cu``, for a choice)."""
+    key, sep, text = item.partition("=")
+    key, text = key.strip(), text.strip()
+    section, dot, name = key.partition(".")
+    if not (sep and dot and section and name and text):
+        raise TopologyError(f"invalid parameter setting {item!r}: expected SECTION.KEY=VALUE, "
+                            "e.g. router.vc_buffer_flits=32")
+    try:
+        value = tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = text
+    return key, value
+
+
+def _shown(value: Any) -> str:
+    """A setting's value as TOML writes it (``true``, not ``True``)."""
+    if isinstance(value, str):
+        return value
+    return repr(value).lower() if isinstance(value, bool) else repr(value)
+
+
+def with_overrides(doc: Mapping[str, Any], overrides: Mapping[str, Any], where: str
+                   ) -> tuple[dict[str, Any], str]:
+    """A topology document (parsed TOML) with ``overrides`` (``"section.key" -> value``) set,
+    and its description for messages. The parser then checks each value as it checks a file's;
+    a changed entry's source says it was set, and what it replaced. The topology's name gains
+    the settings (``nuna-4die with router.vc_buffer_flits=32``): results name the chip they
+    ran on. ``TopologyError`` for a parameter the format does not have."""
+    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in doc.items()}
+    said = []
+    for key, value in overrides.items():
+        section, _, name = key.partition(".")
+        known = _PARAMETERS.get(section)
+        if known is None or name not in known:
+            every = [f"{s}.{k}" for s, keys in _PARAMETERS.items() for k in keys]
+            close = difflib.get_close_matches(key, every, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise TopologyError(f"{where}: cannot set {key}: no such topology parameter{hint}")
+        table = out.setdefault(section, {})
+        if not isinstance(table, dict):
+            raise TopologyError(f"{where}: {section}: expected a table")
+        old = table.get(name)
+        was = (f", replacing {_shown(old['value'])} ({old.get('source')})"
+               if isinstance(old, dict) and "value" in old else "")
+        table[name] = {"value": value, "source": f"set for this run: {key}={_shown(value)}{was}"}
+        said.append(f"{key}={_shown(value)}")
+    settings = ", ".join(said)
+    if isinstance(out.get("name"), str):
+        out["name"] = f"{out['name']} with {settings}"
+    return out, f"{where} with {settings}"
 
 
 def default_topology() -> TopologySpec:
