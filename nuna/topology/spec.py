@@ -392,7 +392,7 @@ def load_topology(name_or_path: str | Path = DEFAULT_TOPOLOGY,
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise TopologyError(f"{where}: not UTF-8 text") from None
-    doc = _toml(text, where)
+    doc = _derived(_toml(text, where), where)
     if overrides:
         doc, where = with_overrides(doc, overrides, where)
     return _Parser(where).topology(doc)
@@ -400,7 +400,7 @@ def load_topology(name_or_path: str | Path = DEFAULT_TOPOLOGY,
 
 def parse_topology(text: str, where: str = "<string>") -> TopologySpec:
     """Parse topology TOML ``text``; ``where`` names it in error messages."""
-    return _Parser(where).topology(_toml(text, where))
+    return _Parser(where).topology(_derived(_toml(text, where), where))
 
 
 def _toml(text: str, where: str) -> dict[str, Any]:
@@ -408,6 +408,36 @@ def _toml(text: str, where: str) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise TopologyError(f"{where}: TOML syntax error: {err}") from None
+
+
+def _derived(doc: dict[str, Any], where: str) -> dict[str, Any]:
+    """A document with ``base = "NAME"``: the shipped topology ``NAME`` with the document's
+    entries in place of its own, table by table (a variant in a few lines, checked as a whole
+    file). The base must be a shipped name, not a path: a sweep's point names a topology file
+    by its bytes, and the edits of a base file would not reach it (a shipped file changes only
+    with nuna's version, which is part of every point). A variant has a name of its own, and
+    its base none."""
+    if "base" not in doc:
+        return doc
+    base = doc["base"]
+    if not isinstance(base, str) or is_topology_path(base):
+        known = ", ".join(available_topologies())
+        raise TopologyError(f"{where}: base: expected the name of a shipped topology ({known}), not "
+                            f"{base!r}")
+    for key in ("format", "name"):  # a file of the format, and a chip of its own
+        if key not in doc:
+            raise TopologyError(f"{where}: {key}: missing key (a variant of {base} gives its own)")
+    base_where, data = _resolve(base)
+    base_doc = _toml(data.decode("utf-8"), base_where)
+    if "base" in base_doc:  # pragma: no cover - no shipped topology has one (a test checks it)
+        raise TopologyError(f"{where}: base: {base} is itself a variant")
+    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in base_doc.items()}
+    for key, value in doc.items():
+        if key == "base":
+            continue
+        old = out.get(key)
+        out[key] = {**old, **value} if isinstance(old, dict) and isinstance(value, dict) else value
+    return out
 
 
 #: the parameters of each table, for naming a mistyped one (the parser checks the values)
