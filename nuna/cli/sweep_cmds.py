@@ -95,8 +95,10 @@ def table(
                                            "time_us, busbw_gbps, remote-store mean and p99 and NAR "
                                            "granularity used that the results hold)."),
     baseline: str = typer.Option("UA", "--baseline",
-                                 help="Configuration the speedup column compares with ('none': no "
-                                      "speedup column)."),
+                                 help="What the speedup column compares with: a configuration, or "
+                                      "FIELD=VALUE of any input field (packet_bytes=256, "
+                                      "topology=nuna-4die; the twin differs only in that field). "
+                                      "'none': no speedup column."),
     best_tbs: bool = typer.Option(False, "--best-tbs",
                                   help="One row per configuration at its fastest threadblock count, as "
                                        "the paper compares them."),

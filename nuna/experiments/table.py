@@ -34,8 +34,6 @@ _LEADING = ("plan", "collective", "gpus", "size_bytes", "config", "nar_granulari
 #: what a point that leaves a field out means by it (``Point.as_dict`` omits unset options)
 _DEFAULTS: dict[str, Any] = {"plan": None, **{f.name: f.default for f in dataclasses.fields(Point)
                                                if f.default is not dataclasses.MISSING}}
-#: the fields a speedup's two points may differ in (and, with ``best_tbs``, the threadblock count)
-_VARIANTS = ("config", "nar_granularity")
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,10 +114,13 @@ def sweep_table(records: Sequence[Mapping[str, Any]], metrics: Sequence[str] | N
     Columns: the points' input fields, then each of ``metrics`` (``None``: those of
     :data:`DEFAULT_METRICS` that some result has; a path into the result; the
     column is named by the path, with ``result.`` before it where an input field has that
-    name), then ``speedup_over_<baseline>`` unless ``baseline`` is ``None``: the baseline
-    configuration's time over the row's, for the record of the baseline that differs from the
-    row's only in the configuration and its NAR granularity (the collective's own time beside a
-    GEMM, as the figures compare; empty where the sweep has no such record).
+    name), then, unless ``baseline`` is ``None``, the speedup of each row over its baseline
+    twin: the twin's time over the row's (the collective's own time beside a GEMM, as the
+    figures compare; empty where the sweep has no twin). ``baseline`` is a configuration
+    (``"UA"``: column ``speedup_over_UA``; the twin differs only in the configuration and its
+    NAR granularity) or ``FIELD=VALUE`` of any input field (``"packet_bytes=256"``,
+    ``"topology=nuna-4die"``: column ``speedup_over_FIELD=VALUE``; the twin differs only in that
+    field, whose value is written as in the CSV).
 
     ``best_tbs``: one row per configuration at its fastest threadblock count, as the paper
     compares them (:func:`nuna.experiments.figures.best_tbs_per_peer`); the row's
@@ -135,28 +136,27 @@ def sweep_table(records: Sequence[Mapping[str, Any]], metrics: Sequence[str] | N
         metrics = [m for m in DEFAULT_METRICS if any(_has(r["result"], m) for r in records)]
     for path in metrics:
         _check_metric(path, records)
-    if baseline is not None and not any(r["point"].get("config") == baseline for r in records):
-        configs = sorted({str(r["point"].get("config")) for r in records})
-        raise UsageError(f"no point of the sweep has the baseline configuration {baseline!r} "
-                         f"(configurations: {', '.join(configs)})")
     if best_tbs:
         if not all("tbs_per_peer" in r["point"] and "time_ns" in r["result"] for r in records):
             raise UsageError("--best-tbs needs points with a threadblock count and results with a time_ns")
         choices = best_tbs_per_peer(records)
-        ignore: tuple[str, ...] = (*_VARIANTS, "tbs_per_peer")
     else:
         choices = [TbsChoice(r, ()) for r in records]
-        ignore = _VARIANTS
     points = [{**_DEFAULTS, **c.record["point"]} for c in choices]
     fields = _field_order({k for p in points for k in p})
-    base = {twin_key(c.record["point"], ignore): c for c in choices
-            if c.record["point"].get("config") == baseline}
     names = [f"result.{m}" if m in fields else m for m in metrics]
     columns = [*fields, *names]
+    twins: list[TbsChoice | None] = []
     if baseline is not None:
-        columns.append(f"speedup_over_{baseline}")
+        field, value, column = _baseline(baseline, points)
+        ignore = (field, *(("nar_granularity",) if field == "config" else ()),
+                  *(("tbs_per_peer",) if best_tbs else ()))
+        base = {twin_key(p, ignore): c for p, c in zip(points, choices, strict=True)
+                if _csv_cell(p.get(field)) == value}
+        twins = [base.get(twin_key(p, ignore)) for p in points]
+        columns.append(column)
     rows = []
-    for point, choice in zip(points, choices, strict=True):
+    for i, (point, choice) in enumerate(zip(points, choices, strict=True)):
         row: list[Any] = [point.get(f) for f in fields]
         for path in metrics:
             try:
@@ -164,13 +164,32 @@ def sweep_table(records: Sequence[Mapping[str, Any]], metrics: Sequence[str] | N
             except KeyError:
                 row.append(None)
         if baseline is not None:
-            ref = base.get(twin_key(choice.record["point"], ignore))
+            ref = twins[i]
             t, t_ref = _time_ns(choice), _time_ns(ref) if ref is not None else None
             row.append(t_ref / t if t and t_ref is not None else None)
         rows.append(tuple(row))
     fixed = tuple((f, points[0][f]) for i, f in enumerate(fields)
                   if all(r[i] == rows[0][i] for r in rows))
     return Table(tuple(columns), tuple(rows), fixed)
+
+
+def _baseline(baseline: str, points: Sequence[Mapping[str, Any]]) -> tuple[str, str, str]:
+    """``(field, value as in the CSV, column name)`` of a baseline (a configuration, or
+    ``FIELD=VALUE``), checked against the points."""
+    field, sep, value = (part.strip() for part in baseline.partition("="))
+    if not sep:
+        field, value = "config", baseline.strip()
+    known = sorted({k for p in points for k in p})
+    if field not in known:
+        close = difflib.get_close_matches(field, known, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise UsageError(f"baseline {baseline!r}: the points have no field {field!r}{hint}")
+    values = sorted({_csv_cell(p.get(field)) for p in points})
+    if value not in values:
+        what = "configuration" if not sep else f"{field}"
+        raise UsageError(f"no point of the sweep has the baseline {what} {value!r} "
+                         f"({field} values: {', '.join(repr(v) for v in values)})")
+    return field, value, f"speedup_over_{value}" if not sep else f"speedup_over_{field}={value}"
 
 
 def _csv_cell(value: Any) -> str:

@@ -65,6 +65,26 @@ def test_speedup_pairs_only_points_that_differ_in_the_configuration() -> None:
     assert nap == [None, 1.0, 1.0]  # no NAP+NAR point at 4 per peer
 
 
+def test_a_baseline_of_any_field_pairs_points_that_differ_in_it_alone() -> None:
+    # the error of packets against flits, as docs/simulator.md tabulates it: flits' time over
+    # the packets' is 1 / (1 + error)
+    records = [_record(c, t, packet_bytes=p) for c, p, t in (
+        ("UA", 256, 2000.0), ("UA", "auto", 1900.0), ("NAP+NAR", 256, 1800.0), ("NAP+NAR", "auto", 1500.0),
+        ("NAP+NAR", 1024, 1600.0))]
+    table = sweep_table(records, baseline="packet_bytes=256")
+    assert table.columns[-1] == "speedup_over_packet_bytes=256"
+    assert _column(table, "speedup_over_packet_bytes=256") == pytest.approx(
+        [1.0, 2000 / 1900, 1.0, 1800 / 1500, 1800 / 1600])
+    # a field the points leave out is compared at the value it means
+    windowed = sweep_table(records[:2], baseline="windowed=")
+    assert _column(windowed, "speedup_over_windowed=") == [1.0, 1.0]
+    with pytest.raises(UsageError, match=r"no point of the sweep has the baseline packet_bytes '512' "
+                                         r"\(packet_bytes values: '1024', '256', 'auto'\)"):
+        sweep_table(records, baseline="packet_bytes=512")
+    with pytest.raises(UsageError, match=r"no field 'packet_byte' \(did you mean 'packet_bytes'"):
+        sweep_table(records, baseline="packet_byte=256")
+
+
 def test_best_tbs_rows_are_the_figures_choices() -> None:
     records = [_record("UA", t, tbs=k) for k, t in ((1, 3000.0), (4, 2500.0), (16, 2600.0))] + \
         [_record("NAP+NAR", t, tbs=k) for k, t in ((1, 2000.0), (4, 2100.0), (16, 2200.0))]
@@ -93,7 +113,7 @@ def test_metric_paths_read_nested_values_and_are_checked() -> None:
         sweep_table(records, ["remote_store_latency_ns"])
     with pytest.raises(UsageError, match="is a list"):
         sweep_table(records, ["remote_store_latency_ns.histogram"])
-    with pytest.raises(UsageError, match=r"baseline configuration 'NUMA' .*UA, UA\+NAR"):
+    with pytest.raises(UsageError, match=r"baseline configuration 'NUMA' \(config values: 'UA', 'UA\+NAR'\)"):
         sweep_table(records, baseline="NUMA")
     with pytest.raises(UsageError, match="no finished points"):
         sweep_table([])
