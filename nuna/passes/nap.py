@@ -394,7 +394,7 @@ def physical_placement(groups: Sequence[LogicalGroup], nar_max: int, spec: Topol
             tb_demand.append((acc.gpu, acc.tb, demand))
             if not place_memory:
                 continue
-            new = member.new_chunks
+            new = frozenset(member.new_chunks)  # a threadblock of a ring plan touches hundreds
             for chunk in acc.chunks:
                 placed = stack_of.get(chunk)
                 if placed is not None:  # placed before: this access still loads its stacks

@@ -399,7 +399,8 @@ def load_topology(name_or_path: str | Path = DEFAULT_TOPOLOGY,
 
 
 def parse_topology(text: str, where: str = "<string>") -> TopologySpec:
-    """Parse topology TOML ``text``; ``where`` names it in error messages."""
+    """Parse topology TOML ``text``; ``where`` names it in error messages. A variant's base
+    (``base = "NAME"``) is read from the shipped topologies."""
     return _Parser(where).topology(_derived(_toml(text, where), where))
 
 
@@ -431,13 +432,18 @@ def _derived(doc: dict[str, Any], where: str) -> dict[str, Any]:
     base_doc = _toml(data.decode("utf-8"), base_where)
     if "base" in base_doc:  # pragma: no cover - no shipped topology has one (a test checks it)
         raise TopologyError(f"{where}: base: {base} is itself a variant")
-    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in base_doc.items()}
+    out = _tables_copied(base_doc)
     for key, value in doc.items():
         if key == "base":
             continue
         old = out.get(key)
         out[key] = {**old, **value} if isinstance(old, dict) and isinstance(value, dict) else value
     return out
+
+
+def _tables_copied(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """``doc`` with each of its tables copied, to change entries without touching ``doc``."""
+    return {k: (dict(v) if isinstance(v, dict) else v) for k, v in doc.items()}
 
 
 #: the parameters of each table, for naming a mistyped one (the parser checks the values)
@@ -481,7 +487,7 @@ def with_overrides(doc: Mapping[str, Any], overrides: Mapping[str, Any], where: 
     a changed entry's source says it was set, and what it replaced. The topology's name gains
     the settings (``nuna-4die with router.vc_buffer_flits=32``): results name the chip they
     ran on. ``TopologyError`` for a parameter the format does not have."""
-    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in doc.items()}
+    out = _tables_copied(doc)
     said = []
     for key, value in overrides.items():
         section, _, name = key.partition(".")
