@@ -1,5 +1,6 @@
 """A sweep's results as one table: a row per finished point, its inputs and chosen metrics of its
-result, with each configuration's speedup over a baseline configuration (``nuna table``).
+result, with its speedup over a baseline twin: the point of a baseline configuration, or of
+another value of any one input field (``nuna table``).
 
 For custom sweeps what ``nuna figure`` is for the paper's: the numbers in a form that a
 spreadsheet, pandas or a note reads. Pure functions of the records ``load_results`` returns;
