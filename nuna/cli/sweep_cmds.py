@@ -96,8 +96,8 @@ def table(
                                            "granularity used that the results hold)."),
     baseline: str = typer.Option("UA", "--baseline",
                                  help="What the speedup column compares with: a configuration, or "
-                                      "FIELD=VALUE of any input field (packet_bytes=256, "
-                                      "topology=nuna-4die; the twin differs only in that field). "
+                                      "FIELD=VALUE of any input field (topology=nuna-4die, "
+                                      "tbs_per_peer=1; the twin differs only in that field). "
                                       "'none': no speedup column."),
     best_tbs: bool = typer.Option(False, "--best-tbs",
                                   help="One row per configuration at its fastest threadblock count, as "

@@ -119,8 +119,8 @@ def sweep_table(records: Sequence[Mapping[str, Any]], metrics: Sequence[str] | N
     twin: the twin's time over the row's (the collective's own time beside a GEMM, as the
     figures compare; empty where the sweep has no twin). ``baseline`` is a configuration
     (``"UA"``: column ``speedup_over_UA``; the twin differs only in the configuration and its
-    NAR granularity) or ``FIELD=VALUE`` of any input field (``"packet_bytes=256"``,
-    ``"topology=nuna-4die"``: column ``speedup_over_FIELD=VALUE``; the twin differs only in that
+    NAR granularity) or ``FIELD=VALUE`` of any input field (``"topology=nuna-4die"``,
+    ``"tbs_per_peer=1"``: column ``speedup_over_FIELD=VALUE``; the twin differs only in that
     field, whose value is written as in the CSV).
 
     ``best_tbs``: one row per configuration at its fastest threadblock count, as the paper

@@ -66,23 +66,22 @@ def test_speedup_pairs_only_points_that_differ_in_the_configuration() -> None:
 
 
 def test_a_baseline_of_any_field_pairs_points_that_differ_in_it_alone() -> None:
-    # the error of packets against flits, as docs/simulator.md tabulates it: flits' time over
-    # the packets' is 1 / (1 + error)
-    records = [_record(c, t, packet_bytes=p) for c, p, t in (
-        ("UA", 256, 2000.0), ("UA", "auto", 1900.0), ("NAP+NAR", 256, 1800.0), ("NAP+NAR", "auto", 1500.0),
-        ("NAP+NAR", 1024, 1600.0))]
-    table = sweep_table(records, baseline="packet_bytes=256")
-    assert table.columns[-1] == "speedup_over_packet_bytes=256"
-    assert _column(table, "speedup_over_packet_bytes=256") == pytest.approx(
+    # a variant topology against its base, each configuration against itself
+    records = [_record(c, t, topology=topo) for c, topo, t in (
+        ("UA", "nuna-4die", 2000.0), ("UA", "x2.toml", 1900.0), ("NAP+NAR", "nuna-4die", 1800.0),
+        ("NAP+NAR", "x2.toml", 1500.0), ("NAP+NAR", "buf32.toml", 1600.0))]
+    table = sweep_table(records, baseline="topology=nuna-4die")
+    assert table.columns[-1] == "speedup_over_topology=nuna-4die"
+    assert _column(table, "speedup_over_topology=nuna-4die") == pytest.approx(
         [1.0, 2000 / 1900, 1.0, 1800 / 1500, 1800 / 1600])
     # a field the points leave out is compared at the value it means
     windowed = sweep_table(records[:2], baseline="windowed=")
-    assert _column(windowed, "speedup_over_windowed=") == [1.0, 1.0]
-    with pytest.raises(UsageError, match=r"no point of the sweep has the baseline packet_bytes '512' "
-                                         r"\(packet_bytes values: '1024', '256', 'auto'\)"):
-        sweep_table(records, baseline="packet_bytes=512")
-    with pytest.raises(UsageError, match=r"no field 'packet_byte' \(did you mean 'packet_bytes'"):
-        sweep_table(records, baseline="packet_byte=256")
+    assert _column(windowed, "speedup_over_windowed=") == [1.0, 1.0]  # each point its own twin
+    with pytest.raises(UsageError, match=r"no point of the sweep has the baseline topology 'mi300x-like' "
+                                         r"\(topology values: 'buf32.toml', 'nuna-4die', 'x2.toml'\)"):
+        sweep_table(records, baseline="topology=mi300x-like")
+    with pytest.raises(UsageError, match=r"no field 'topologies' \(did you mean 'topology'"):
+        sweep_table(records, baseline="topologies=nuna-4die")
 
 
 def test_best_tbs_rows_are_the_figures_choices() -> None:
