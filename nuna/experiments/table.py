@@ -222,14 +222,17 @@ def _md_cell(column: str, value: Any) -> str:
     if isinstance(value, int) and column.endswith("_bytes") and value > 0:
         return format_size(value)
     if isinstance(value, float):
-        return f"{value:.4g}" if math.isfinite(value) else "-"
+        if not math.isfinite(value):
+            return "-"
+        # four significant digits, but whole numbers from 10,000 on (10730, not 1.073e+04)
+        return f"{value:.0f}" if 1e4 <= abs(value) < 1e15 else f"{value:.4g}"
     return str(value).replace("|", "\\|")
 
 
 def to_markdown(table: Table) -> str:
     """``table`` for reading: the fields every row shares on a line above a Markdown table of
     the rest (those at the value a point has without them, such as ``windowed`` unset, left
-    out); sizes in their units, other numbers to four significant digits."""
+    out); sizes in their units, other numbers to four significant digits (whole from 10,000)."""
     fixed = {name for name, _ in table.fixed}
     keep = [i for i, c in enumerate(table.columns) if c not in fixed]
     # a field left at what a point means without it (no option set) goes unsaid

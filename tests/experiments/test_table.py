@@ -154,6 +154,8 @@ def test_markdown_shows_the_varying_fields_and_says_the_set_fixed_ones() -> None
     assert header.split(" | ")[0] == "| config"
     assert rule == "|" + "---|" * (header.count("|") - 1)
     assert rows[1].startswith("| NAP+NAR | heuristic | 1.6 |")
+    big = to_markdown(sweep_table([_record("UA", 12345.678)], ["time_ns", "time_us"], baseline=None))
+    assert big.splitlines()[-1] == "| 12346 | 12.35 |"
     assert rows[1].endswith("| 1.25 |")
 
 
