@@ -139,7 +139,8 @@ def sweep_table(records: Sequence[Mapping[str, Any]], metrics: Sequence[str] | N
         _check_metric(path, records)
     if best_tbs:
         if not all("tbs_per_peer" in r["point"] and "time_ns" in r["result"] for r in records):
-            raise UsageError("--best-tbs needs points with a threadblock count and results with a time_ns")
+            raise UsageError("a row per fastest threadblock count needs points with a threadblock count "
+                             "and results with a time_ns")
         choices = best_tbs_per_peer(records)
     else:
         choices = [TbsChoice(r, ()) for r in records]

@@ -116,6 +116,10 @@ def test_metric_paths_read_nested_values_and_are_checked() -> None:
         sweep_table(records, baseline="NUMA")
     with pytest.raises(UsageError, match="no finished points"):
         sweep_table([])
+    untimed = [{**records[0], "result": {"digest": 7}}]  # another point function's result
+    assert _column(sweep_table(untimed, ["digest"]), "speedup_over_UA") == [None]
+    with pytest.raises(UsageError, match=r"fastest threadblock count needs .* a time_ns"):
+        sweep_table(untimed, ["digest"], best_tbs=True)
 
 
 def test_a_metric_some_results_lack_is_an_empty_cell_and_a_clashing_name_is_prefixed() -> None:
