@@ -61,10 +61,10 @@ def topology(sets: list[str]) -> Any:
     overrides, as ``nuna simulate --set``: the parser checks a changed value as it checks a
     file's); ``SystemExit`` naming the problem."""
     from nuna.errors import NunaError
-    from nuna.topology.spec import load_topology, parse_override
+    from nuna.topology.spec import load_topology, parse_overrides
 
     try:
-        return load_topology("nuna-4die", dict(parse_override(s) for s in sets))
+        return load_topology("nuna-4die", parse_overrides(sets))
     except NunaError as exc:
         raise SystemExit(f"--set: {exc}") from None
 

@@ -23,12 +23,12 @@ def test_set_changes_only_the_named_keys() -> None:
     assert bench.topology([]) == base
 
 
-@pytest.mark.parametrize("item", ["router.nope=3", "nope.vcs=3", "router.vcs=", "vcs=3",
-                                  "scaleup.vcs=4", "router.vcs=0"])
-def test_set_refuses_a_parameter_nuna_4die_lacks_or_a_bad_value(item: str) -> None:
+@pytest.mark.parametrize("items", [["router.nope=3"], ["nope.vcs=3"], ["router.vcs="], ["vcs=3"],
+                                   ["scaleup.vcs=4"], ["router.vcs=0"], ["router.vcs=2", "router.vcs=3"]])
+def test_set_refuses_a_parameter_nuna_4die_lacks_a_bad_value_or_one_set_twice(items: list[str]) -> None:
     bench = benchmark_module("bench_line_setups")
     with pytest.raises(SystemExit, match=r"^--set: "):
-        bench.topology([item])
+        bench.topology(items)
 
 
 def test_ports_line_names_the_longest_waits() -> None:

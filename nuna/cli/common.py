@@ -18,7 +18,7 @@ from nuna.errors import PlanError, SimulationError, UsageError
 from nuna.experiments.cost import WorkEstimate, axis_name
 from nuna.experiments.sweep import SweepProgress, SweepSummary
 from nuna.fsutil import check_writable, write_atomic
-from nuna.topology.spec import TopologySpec, is_topology_path, load_topology, parse_override
+from nuna.topology.spec import TopologySpec, is_topology_path, load_topology, parse_overrides
 from nuna.units import parse_size
 
 
@@ -156,13 +156,7 @@ SET_HELP = ("Change a topology parameter for this run: SECTION.KEY=VALUE, e.g. r
 
 def topology_with_settings(topology: str, settings: Sequence[str]) -> TopologySpec:
     """``--topology`` loaded with the parameters of its ``--set`` options changed."""
-    overrides: dict[str, Any] = {}
-    for item in settings:
-        key, value = parse_override(item)
-        if key in overrides:
-            raise UsageError(f"--set {key} given twice")
-        overrides[key] = value
-    return load_topology(topology, overrides)
+    return load_topology(topology, parse_overrides(settings))
 
 
 def check_outputs(*paths: Path | None, inputs: Sequence[Path | str | None] = ()) -> None:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import difflib
 import math
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -385,14 +385,8 @@ def load_topology(name_or_path: str | Path = DEFAULT_TOPOLOGY,
     """Read and validate a topology by name (``'nuna-4die'``) or path; raise ``TopologyError``
     naming the file and the key on any problem. ``overrides``: parameters to change for this
     load, ``{"router.vc_buffer_flits": 32}`` (:func:`with_overrides`)."""
-    where, data = _resolve(str(name_or_path))
-    if len(data) > _MAX_FILE_BYTES:
-        raise TopologyError(f"{where}: file larger than {_MAX_FILE_BYTES} bytes")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise TopologyError(f"{where}: not UTF-8 text") from None
-    doc = _derived(_toml(text, where), where)
+    where, doc = _read(str(name_or_path))
+    doc = _derived(doc, where)
     if overrides:
         doc, where = with_overrides(doc, overrides, where)
     return _Parser(where).topology(doc)
@@ -402,6 +396,18 @@ def parse_topology(text: str, where: str = "<string>") -> TopologySpec:
     """Parse topology TOML ``text``; ``where`` names it in error messages. A variant's base
     (``base = "NAME"``) is read from the shipped topologies."""
     return _Parser(where).topology(_derived(_toml(text, where), where))
+
+
+def _read(name_or_path: str) -> tuple[str, dict[str, Any]]:
+    """Where a topology by name or path is, and its TOML document (size and encoding checked)."""
+    where, data = _resolve(name_or_path)
+    if len(data) > _MAX_FILE_BYTES:
+        raise TopologyError(f"{where}: file larger than {_MAX_FILE_BYTES} bytes")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise TopologyError(f"{where}: not UTF-8 text") from None
+    return where, _toml(text, where)
 
 
 def _toml(text: str, where: str) -> dict[str, Any]:
@@ -428,8 +434,7 @@ def _derived(doc: dict[str, Any], where: str) -> dict[str, Any]:
     for key in ("format", "name"):  # a file of the format, and a chip of its own
         if key not in doc:
             raise TopologyError(f"{where}: {key}: missing key (a variant of {base} gives its own)")
-    base_where, data = _resolve(base)
-    base_doc = _toml(data.decode("utf-8"), base_where)
+    _, base_doc = _read(base)
     if "base" in base_doc:  # pragma: no cover - no shipped topology has one (a test checks it)
         raise TopologyError(f"{where}: base: {base} is itself a variant")
     out = _tables_copied(base_doc)
@@ -471,6 +476,18 @@ def parse_override(item: str) -> tuple[str, Any]:
     except tomllib.TOMLDecodeError:
         value = text
     return key, value
+
+
+def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
+    """Several ``SECTION.KEY=VALUE`` settings (:func:`parse_override`) as the ``overrides`` of
+    :func:`load_topology`; a key set twice is refused (which one was meant is not known)."""
+    overrides: dict[str, Any] = {}
+    for item in items:
+        key, value = parse_override(item)
+        if key in overrides:
+            raise TopologyError(f"{key} is set twice ({key}={_shown(overrides[key])} and {item.strip()})")
+        overrides[key] = value
+    return overrides
 
 
 def _shown(value: Any) -> str:
