@@ -28,7 +28,7 @@ import difflib
 import math
 import tomllib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from importlib import resources
 from pathlib import Path
 from typing import Any, cast
@@ -456,8 +456,9 @@ _PARAMETERS: dict[str, tuple[str, ...]] = {
     "chip": ("kind", *_CHIP_MESH, *(k for k in _CHIP_FLAT if k not in _CHIP_MESH)),
     "scaleup": ("kind", *_SCALEUP),
     "router": tuple(_ROUTER),
-    "nar": ("port_choice",),
-    "protocol": ("store_completion",),
+    # the optional tables' keys are their specs' fields (the parser reads each by that name)
+    "nar": tuple(f.name for f in fields(NarSpec)),
+    "protocol": tuple(f.name for f in fields(ProtocolSpec)),
 }
 
 
