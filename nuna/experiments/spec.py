@@ -165,8 +165,8 @@ _SECTIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     # collectives and gpus are required too unless plans is given (_check_keys)
     "grid": (
         frozenset({"sizes", "configs"}),
-        frozenset({"collectives", "gpus", "nar_granularities", "tbs_per_peer", "topologies", "gemm_sizes",
-                   "also", "plans"}),
+        frozenset({"collectives", "gpus", "nar_granularities", "tbs_per_peer", "packet_bytes", "topologies",
+                   "gemm_sizes", "also", "plans"}),
     ),
     "fixed": (frozenset(), frozenset({"algo", "packet_bytes", "max_packet_bytes", "seed", "windowed",
                                       "fast_forward", "line_setups", "reduce_fusion",
@@ -177,7 +177,7 @@ _SECTIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
 GRID_AXES: dict[str, str] = {
     "topologies": "topologies", "plans": "plans", "collectives": "collectives", "gpus": "gpus",
     "sizes": "sizes_bytes", "configs": "configs", "nar_granularities": "nar_granularities",
-    "tbs_per_peer": "tbs_per_peer", "gemm_sizes": "gemm_bytes",
+    "tbs_per_peer": "tbs_per_peer", "packet_bytes": "packet_bytes", "gemm_sizes": "gemm_bytes",
 }
 
 # Far beyond the paper's 64 GPUs; catches a unit slip such as gpus = 8000000.
@@ -314,6 +314,9 @@ class Point:
         parts.append(portable_topology(self.topology))
         if self.windowed is not None:
             parts.append("windowed" if self.windowed else "one-queue")
+        if self.packet_bytes != 256:
+            size = self.packet_bytes
+            parts.append(f"packets={size if isinstance(size, str) else format_size(size)}")
         if self.max_packet_bytes is not None:
             parts.append(f"packets<={format_size(self.max_packet_bytes)}")
         if self.fast_forward:
@@ -368,8 +371,13 @@ def _portable_axis(key: str, values: Sequence[Any]) -> list[Any]:
 
 def _grid_axes(grid: SweepSpec) -> tuple[str, ...]:
     """The spec-file keys of the axes ``grid`` expands: ``plans`` in place of the generator's
-    ``collectives``, ``gpus`` and ``tbs_per_peer`` when it has plan files, else those."""
-    left_out = _GENERATOR_KEYS if grid.plans else ("plans",)
+    ``collectives``, ``gpus`` and ``tbs_per_peer`` when it has plan files, else those; and
+    ``packet_bytes`` only when it has several values (one packet size is a ``[fixed]`` setting,
+    as a spec writes and records it: the same spec written either way is equal and recorded
+    the same)."""
+    left_out: tuple[str, ...] = _GENERATOR_KEYS if grid.plans else ("plans",)
+    if len(grid.packet_bytes) == 1:
+        left_out += ("packet_bytes",)
     return tuple(key for key in GRID_AXES if key not in left_out)
 
 
@@ -390,13 +398,14 @@ class SweepSpec:
     configs: tuple[str, ...]
     nar_granularities: tuple[int | str, ...] = (HEURISTIC,)
     tbs_per_peer: tuple[int, ...] = (1,)
+    #: packet sizes (bytes or ``"auto"``): ``[fixed] packet_bytes`` or the ``[grid]`` axis
+    packet_bytes: tuple[int | str, ...] = (256,)
     topologies: tuple[str, ...] = ("nuna-4die",)
     gemm_bytes: tuple[int, ...] = (0,)
     #: plan files swept in place of generated plans (``[grid] plans``); when set, the generator's
     #: ``collectives``, ``gpus`` and ``tbs_per_peer`` (empty then) take no part in the expansion
     plans: tuple[PlanFile, ...] = ()
     algo: str = "direct"
-    packet_bytes: int | str = 256
     seed: int = 0
     windowed: bool | None = None
     max_packet_bytes: int | None = None
@@ -408,6 +417,13 @@ class SweepSpec:
     flow_control: bool = True
     also: tuple[GridPatch, ...] = ()
     source: str = field(default="<spec>", compare=False)
+    #: the table the main grid's packet sizes were given in (``"[fixed]"`` or ``"[grid]"``), for
+    #: messages only, as ``source``
+    packet_table: str = field(default="[fixed]", compare=False)
+
+    def packet_sizes(self) -> tuple[int | str, ...]:
+        """Every packet size of the spec's grids (the main grid's first), without duplicates."""
+        return tuple(dict.fromkeys(size for grid in self.grids() for size in grid.packet_bytes))
 
     def grids(self) -> tuple[SweepSpec, ...]:
         """The Cartesian products whose union the spec is: the main grid, then one per
@@ -515,11 +531,11 @@ def expand(spec: SweepSpec) -> tuple[Point, ...]:
 
     The main grid's points come first, then each ``also`` grid's in the file's order, less the
     points already listed. Within a grid, dimensions nest in this order (outermost first):
-    topologies, collectives, gpus, sizes, configs, nar_granularities, tbs_per_peer, gemm_sizes
-    (a grid of plan files: topologies, plans, sizes, configs, nar_granularities, gemm_sizes);
-    within a dimension the file's order is kept. A configuration without NAR takes no
-    granularity, so its points are generated once (with ``nar_granularity = None``) rather than
-    once per granularity.
+    topologies, collectives, gpus, sizes, configs, nar_granularities, tbs_per_peer, packet_bytes,
+    gemm_sizes (a grid of plan files: topologies, plans, sizes, configs, nar_granularities,
+    packet_bytes, gemm_sizes); within a dimension the file's order is kept. A configuration
+    without NAR takes no granularity, so its points are generated once (with
+    ``nar_granularity = None``) rather than once per granularity.
     """
     points: list[Point] = []
     seen: set[Point] = set()
@@ -532,21 +548,21 @@ def expand(spec: SweepSpec) -> tuple[Point, ...]:
 
 
 def _expand_one(spec: SweepSpec) -> list[Point]:
-    # (topology, collective, gpus, size, config, granularity, tbs_per_peer, gemm, plan), in the
-    # documented nesting: a plan file stands where the generator's collective and pod are
-    combos: Iterable[tuple[str, str, int, int, str, int | str, int, int, str | None]]
+    # (topology, collective, gpus, size, config, granularity, tbs_per_peer, packet, gemm, plan), in
+    # the documented nesting: a plan file stands where the generator's collective and pod are
+    combos: Iterable[tuple[str, str, int, int, str, int | str, int, int | str, int, str | None]]
     if spec.plans:
-        combos = ((topology, plan.collective, plan.gpus, size, config, nar, PLAN_TBS_PER_PEER, gemm,
+        combos = ((topology, plan.collective, plan.gpus, size, config, nar, PLAN_TBS_PER_PEER, packet, gemm,
                    plan.path)
-                  for topology, plan, size, config, nar, gemm in itertools.product(
+                  for topology, plan, size, config, nar, packet, gemm in itertools.product(
                       spec.topologies, spec.plans, spec.sizes_bytes, spec.configs, spec.nar_granularities,
-                      spec.gemm_bytes))
+                      spec.packet_bytes, spec.gemm_bytes))
     else:
         combos = ((*values, None) for values in itertools.product(
             spec.topologies, spec.collectives, spec.gpus, spec.sizes_bytes, spec.configs,
-            spec.nar_granularities, spec.tbs_per_peer, spec.gemm_bytes))
+            spec.nar_granularities, spec.tbs_per_peer, spec.packet_bytes, spec.gemm_bytes))
     points: list[Point] = []
-    for topology, collective, gpus, size, config, nar, tbs, gemm, plan in combos:
+    for topology, collective, gpus, size, config, nar, tbs, packet, gemm, plan in combos:
         inputs: dict[str, Any] = {
             "collective": collective,
             "gpus": gpus,
@@ -557,10 +573,11 @@ def _expand_one(spec: SweepSpec) -> list[Point]:
             "topology": topology,
             "gemm_bytes": gemm,
             "algo": spec.algo if plan is None else PLAN_ALGO,
-            "packet_bytes": spec.packet_bytes,
+            "packet_bytes": packet,
             "seed": spec.seed,
             "windowed": spec.windowed,
-            "max_packet_bytes": spec.max_packet_bytes,
+            # a cap on what "auto" picks: no part of a point of a set packet size
+            "max_packet_bytes": spec.max_packet_bytes if packet == AUTO else None,
             "fast_forward": spec.fast_forward,
             "line_setups": spec.line_setups,
             "reduce_fusion": spec.reduce_fusion,
@@ -631,14 +648,17 @@ def parse_sweep_spec(
     if has_plans:
         axes |= {GRID_AXES[key]: () for key in _GENERATOR_KEYS}
         _check_no_gemm(axes["gemm_bytes"], source, "[grid]")
-    packet_bytes = _packet_bytes(fixed.get("packet_bytes", 256), source)
+    packet_bytes = _packet_axis(grid, fixed, convert, source)
+    also = _grid_patches(grid.get("also", []), convert, source, has_plans)
     spec = SweepSpec(
         name=name,
         point_function=point_function,
         **axes,
         algo=_choice(fixed.get("algo", "direct"), ALGOS, source, "[fixed] algo"),
         packet_bytes=packet_bytes,
-        max_packet_bytes=_max_packet_bytes(fixed, packet_bytes, source),
+        max_packet_bytes=_max_packet_bytes(fixed, packet_bytes + tuple(v for patch in also for key, values
+                                                                       in patch.axes if key == "packet_bytes"
+                                                                       for v in values), source),
         seed=_seed(fixed.get("seed", 0), source),
         windowed=None if "windowed" not in fixed else _flag(fixed["windowed"], source, "[fixed] windowed"),
         fast_forward=_flag(fixed.get("fast_forward", False), source, "[fixed] fast_forward"),
@@ -649,8 +669,9 @@ def parse_sweep_spec(
         protocol_model=_choice(fixed.get("protocol_model", "plan"), PROTOCOL_MODELS, source,
                                "[fixed] protocol_model"),
         flow_control=_flag(fixed.get("flow_control", True), source, "[fixed] flow_control"),
-        also=_grid_patches(grid.get("also", []), convert, source, has_plans),
+        also=also,
         source=source,
+        packet_table="[grid]" if "packet_bytes" in grid else "[fixed]",
     )
     # checked before expand() lists them: 135 M points of an 18 kB spec took 94 s to fail on memory
     bound = sum(math.prod(len(getattr(g, GRID_AXES[key])) for key in _grid_axes(g)) for g in spec.grids())
@@ -711,7 +732,7 @@ def _axis_converters(base_dir: Path | None) -> dict[str, Callable[[Any, str], An
         "collectives": _collective, "gpus": _gpus, "sizes": _size, "configs": _config,
         "nar_granularities": _nar_granularity, "tbs_per_peer": _tbs_per_peer,
         "topologies": _topology_resolver(base_dir), "gemm_sizes": _gemm_size,
-        "plans": _plan_resolver(base_dir),
+        "plans": _plan_resolver(base_dir), "packet_bytes": _packet_size,
     }
 
 
@@ -803,7 +824,7 @@ def check_spec_inputs(spec: SweepSpec) -> None:
                             f"{GEMM_POINT_FUNCTION!r} (as scripts/sweeps/fig14.toml)")
         topologies = [topology(name, at("topologies", i)) for i, name in enumerate(grid.topologies)]
         for topo in topologies:
-            _check_packets(spec, topo.chip.flit_bytes, topo.name)
+            _check_packets(spec, grid, at, topo.chip.flit_bytes, topo.name)
             # every collective's buffer on a GPU holds at least the nccl-tests size, so a larger
             # size certainly fails; the replay's layout checks the exact page count per point
             memory_bytes = topo.chip.memory_pages * topo.chip.page_bytes
@@ -878,15 +899,23 @@ def _verified_plan(plan_file: PlanFile, source: str, where: str) -> Plan:
     return plan
 
 
-def _check_packets(spec: SweepSpec, flit_bytes: int, topology: str) -> None:
-    """The simulator's packet rules (``nuna.topology.fit``)."""
+def _check_packets(spec: SweepSpec, grid: SweepSpec, at: Callable[[str, int], str], flit_bytes: int,
+                   topology: str) -> None:
+    """The simulator's packet rules (``nuna.topology.fit``) for ``grid`` (one of ``spec``'s
+    grids), each value named by ``at`` where it is a grid axis's."""
     from nuna.topology.fit import packet_cap_problem, packet_problem
 
-    problem = packet_problem(spec.packet_bytes, flit_bytes, topology)
-    if problem is not None:
-        if spec.packet_bytes == 256:  # perhaps not given: say where the 256 comes from
-            problem += " (256 is the default: set [fixed] packet_bytes to a multiple of the flit or \"auto\")"
-        raise _fail(spec.source, "[fixed] packet_bytes", problem)
+    for i, size in enumerate(grid.packet_bytes):
+        problem = packet_problem(size, flit_bytes, topology)
+        if problem is None:
+            continue
+        where = at("packet_bytes", i)
+        if where.startswith("[grid]") and spec.packet_table == "[fixed]":
+            where = "[fixed] packet_bytes"
+            if size == 256:  # perhaps not given: say where the 256 comes from
+                problem += (" (256 is the default: set [fixed] packet_bytes to a multiple of the flit or "
+                            "\"auto\")")
+        raise _fail(spec.source, where, problem)
     cap = spec.max_packet_bytes
     problem = None if cap is None else packet_cap_problem(cap, flit_bytes, topology)
     if problem is not None:
@@ -994,10 +1023,12 @@ def slices_spec(spec: SweepSpec) -> SweepSpec:
 def packet_cap_spec(spec: SweepSpec, max_packet_bytes: int) -> SweepSpec:
     """``spec`` with ``"auto"`` packets capped at ``max_packet_bytes``, named apart
     (``fig9-packets1KiB``): a cap that binds changes results, so its points are points of their
-    own. Raises ``UsageError`` unless the spec's packets are ``"auto"``."""
-    if spec.packet_bytes != AUTO:
+    own (points of a set packet size take no cap). Raises ``UsageError`` unless some of the
+    spec's packets are ``"auto"``."""
+    sizes = spec.packet_sizes()
+    if AUTO not in sizes:
         raise UsageError(f"a packet cap applies to packet_bytes = 'auto'; {spec.name} uses "
-                         f"{spec.packet_bytes} B")
+                         f"{', '.join(f'{size} B' for size in sizes)}")
     return dataclasses.replace(spec, max_packet_bytes=_check_cap(max_packet_bytes),
                                name=f"{spec.name}-packets{format_size(max_packet_bytes)}")
 
@@ -1008,7 +1039,10 @@ def _fixed(spec: SweepSpec) -> dict[str, Any]:
     ``flow_control`` only when set (``reduce_fusion`` and ``flow_control`` when ``False``,
     ``executor_slices`` when ``True``, ``protocol_model`` when not ``"plan"``): older
     indexes stay equal; no ``algo`` with plan files, which no generator made)."""
-    fixed: dict[str, Any] = {"packet_bytes": spec.packet_bytes, "seed": spec.seed}
+    fixed: dict[str, Any] = {}
+    if len(spec.packet_bytes) == 1:  # several: a [grid] axis (_grid_axes)
+        fixed["packet_bytes"] = spec.packet_bytes[0]
+    fixed["seed"] = spec.seed
     if not spec.plans:
         fixed["algo"] = spec.algo
     if spec.windowed is not None:
@@ -1250,14 +1284,34 @@ def _plan_resolver(base_dir: Path | None) -> Callable[[Any, str], PlanFile]:
     return resolve
 
 
-def _packet_bytes(value: Any, source: str) -> int | str:
+def _packet_size(value: Any, where: str) -> int | str:
+    """A packet size: ``"auto"``, or bytes as 1024 or ``"1KiB"`` (as ``max_packet_bytes``; a
+    number is left to the simulator's own bound)."""
     if value == AUTO:
         return AUTO
     try:
-        # 1024 or "1KiB", as max_packet_bytes; a number is left to the simulator's own bound
         return parse_size(value) if isinstance(value, str) else _int(_whole(value), "packet size", minimum=1)
     except UsageError as err:
-        raise _fail(source, "[fixed] packet_bytes", f"{err} (or 'auto')") from None
+        raise UsageError(f"{err} (or 'auto')") from None
+
+
+def _packet_axis(grid: Mapping[str, Any], fixed: Mapping[str, Any],
+                 convert: Mapping[str, Callable[[Any, str], Any]], source: str) -> tuple[int | str, ...]:
+    """The main grid's packet sizes: ``[fixed] packet_bytes`` (one value, 256 by default) or
+    the ``[grid] packet_bytes`` axis (several), not both."""
+    if "packet_bytes" in grid:
+        if "packet_bytes" in fixed:
+            raise _fail(source, "[fixed] packet_bytes", "also given in [grid] (one packet size is a [fixed] "
+                        "setting, several a [grid] axis: give it in one of them)")
+        return _value_list(grid, "packet_bytes", None, convert["packet_bytes"], source, "[grid]")
+    value = fixed.get("packet_bytes", 256)
+    if isinstance(value, list):
+        raise _fail(source, "[fixed] packet_bytes", "one packet size (to sweep several, give the list "
+                    "in [grid] packet_bytes)")
+    try:
+        return (_packet_size(value, "[fixed] packet_bytes"),)
+    except UsageError as err:
+        raise _fail(source, "[fixed] packet_bytes", str(err)) from None
 
 
 def _check_cap(value: int) -> int:
@@ -1267,12 +1321,14 @@ def _check_cap(value: int) -> int:
     return value
 
 
-def _max_packet_bytes(fixed: Mapping[str, Any], packet_bytes: int | str, source: str) -> int | None:
+def _max_packet_bytes(fixed: Mapping[str, Any], packet_bytes: Sequence[int | str], source: str) -> int | None:
+    """``[fixed] max_packet_bytes``, given only where some grid's ``packet_bytes`` (all of
+    them: ``packet_bytes``) is ``"auto"``, the points it applies to."""
     if "max_packet_bytes" not in fixed:
         return None
     where = "[fixed] max_packet_bytes"
-    if packet_bytes != AUTO:
-        raise _fail(source, where, "caps what packet_bytes = 'auto' picks; packet_bytes is not 'auto'")
+    if AUTO not in packet_bytes:
+        raise _fail(source, where, "caps what packet_bytes = 'auto' picks; no packet_bytes is 'auto'")
     try:
         return _check_cap(_size(fixed["max_packet_bytes"], where))
     except UsageError as err:

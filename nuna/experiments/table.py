@@ -151,7 +151,9 @@ def sweep_table(records: Sequence[Mapping[str, Any]], metrics: Sequence[str] | N
     twins: list[TbsChoice | None] = []
     if baseline is not None:
         field, value, column = _baseline(baseline, points)
+        # a configuration's NAR granularity and "auto" packets' cap go with the field they qualify
         ignore = (field, *(("nar_granularity",) if field == "config" else ()),
+                  *(("max_packet_bytes",) if field == "packet_bytes" else ()),
                   *(("tbs_per_peer",) if best_tbs else ()))
         base = {twin_key(p, ignore): c for p, c in zip(points, choices, strict=True)
                 if _csv_cell(p.get(field)) == value}

@@ -64,7 +64,7 @@ def test_minimal_spec_gets_documented_defaults(write_spec: Callable[..., Path]) 
     assert spec.sizes_bytes == (1_000_000,)
     assert (spec.topologies, spec.tbs_per_peer, spec.gemm_bytes) == (("nuna-4die",), (1,), (0,))
     assert spec.nar_granularities == (HEURISTIC,)
-    assert (spec.algo, spec.packet_bytes, spec.seed) == ("direct", 256, 0)
+    assert (spec.algo, spec.packet_bytes, spec.seed) == ("direct", (256,), 0)
 
 
 def test_values_are_normalised() -> None:
@@ -79,7 +79,7 @@ def test_values_are_normalised() -> None:
     assert spec.gemm_bytes == (0, 4_000_000)
     assert spec.gpus == (8,)
     assert spec.nar_granularities == (AUTO, 4)
-    assert (spec.packet_bytes, spec.seed, spec.algo) == (AUTO, 7, "ring")
+    assert (spec.packet_bytes, spec.seed, spec.algo) == ((AUTO,), 7, "ring")
     # TOML writes 1e6 as a float: a whole number of bytes is a size all the same, 1.5 is not
     data["grid"]["sizes"] = [1e6, "2e3", 4096]
     assert parse_sweep_spec(data).sizes_bytes == (10**6, 2000, 4096)
@@ -98,7 +98,7 @@ def test_values_are_normalised() -> None:
     # a packet size with a unit, as max_packet_bytes and the sizes take: the same point as 1024
     for value in ("1KiB", 1024):
         data["fixed"] = {"packet_bytes": value}
-        assert parse_sweep_spec(data).packet_bytes == 1024
+        assert parse_sweep_spec(data).packet_bytes == (1024,)
 
 
 def test_topology_paths_resolve_against_the_spec_folder(write_spec: Callable[..., Path],
@@ -378,7 +378,7 @@ def test_a_packet_cap_is_a_fixed_setting_of_auto_packets() -> None:
     named = packet_cap_spec(plain, 16384)
     assert named.name == f"{plain.name}-packets16KiB"
     assert all(p.max_packet_bytes == 16384 for p in expand(named))
-    with pytest.raises(InputError, match=r"\[fixed\] max_packet_bytes.*not 'auto'"):
+    with pytest.raises(InputError, match=r"\[fixed\] max_packet_bytes.*no packet_bytes is 'auto'"):
         parse_sweep_spec({**_with("fixed", "max_packet_bytes", 4096)})
     for bad in (3000, 0, "lots"):
         auto["fixed"]["max_packet_bytes"] = bad
@@ -754,7 +754,7 @@ def test_load_checks_against_the_topology_without_loading_the_simulator(
     doc = {"grid": BASE["grid"] | {"gpus": [64], "tbs_per_peer": [144], "nar_granularities": [5],
                                    "collectives": ["allreduce"]}, "fixed": {"packet_bytes": 768}}
     spec = load_sweep_spec(write_spec(_toml(doc), name="good.toml"))
-    assert (spec.packet_bytes, spec.tbs_per_peer) == (768, (144,))
+    assert (spec.packet_bytes, spec.tbs_per_peer) == ((768,), (144,))
     # a GPU's whole memory (nuna-4die: 16 stacks of 36 GiB) is the largest size refused only per point
     doc = {"grid": BASE["grid"] | {"sizes": ["576GiB"]}}
     assert load_sweep_spec(write_spec(_toml(doc), name="full.toml")).sizes_bytes == (576 << 30,)
