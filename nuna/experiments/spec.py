@@ -650,15 +650,15 @@ def parse_sweep_spec(
         _check_no_gemm(axes["gemm_bytes"], source, "[grid]")
     packet_bytes = _packet_axis(grid, fixed, convert, source)
     also = _grid_patches(grid.get("also", []), convert, source, has_plans)
+    every_packet = packet_bytes + tuple(v for patch in also for key, values in patch.axes
+                                        if key == "packet_bytes" for v in values)
     spec = SweepSpec(
         name=name,
         point_function=point_function,
         **axes,
         algo=_choice(fixed.get("algo", "direct"), ALGOS, source, "[fixed] algo"),
         packet_bytes=packet_bytes,
-        max_packet_bytes=_max_packet_bytes(fixed, packet_bytes + tuple(v for patch in also for key, values
-                                                                       in patch.axes if key == "packet_bytes"
-                                                                       for v in values), source),
+        max_packet_bytes=_max_packet_bytes(fixed, every_packet, source),
         seed=_seed(fixed.get("seed", 0), source),
         windowed=None if "windowed" not in fixed else _flag(fixed["windowed"], source, "[fixed] windowed"),
         fast_forward=_flag(fixed.get("fast_forward", False), source, "[fixed] fast_forward"),
@@ -964,8 +964,10 @@ def restrict_grid(spec: SweepSpec, overrides: Mapping[str, Sequence[str]]) -> Sw
     safe = _respell(name, "+-_")
     if len(safe) > MAX_NAME_CHARS:
         safe = f"{safe[:_KEEP_CHARS]}-{hashlib.sha256(safe.encode()).hexdigest()[:12]}"
-    doc = {"sweep": {"name": safe, "point_function": spec.point_function}, "grid": grid,
-           "fixed": _fixed(spec)}
+    # the cap was checked against every grid's packet sizes, an [[grid.also]] table's "auto" too,
+    # which the main grid alone parsed here may lack
+    fixed = {key: value for key, value in _fixed(spec).items() if key != "max_packet_bytes"}
+    doc = {"sweep": {"name": safe, "point_function": spec.point_function}, "grid": grid, "fixed": fixed}
     restricted = parse_sweep_spec(doc, source="command line")
     patches = []
     for patch in spec.also:
@@ -977,7 +979,7 @@ def restrict_grid(spec: SweepSpec, overrides: Mapping[str, Sequence[str]]) -> Sw
             axes.append((key, values))
         if all(values for _, values in axes):
             patches.append(GridPatch(tuple(axes)))
-    return dataclasses.replace(restricted, also=tuple(patches))
+    return dataclasses.replace(restricted, also=tuple(patches), max_packet_bytes=spec.max_packet_bytes)
 
 
 def windowed_spec(spec: SweepSpec, windowed: bool = True) -> SweepSpec:

@@ -109,6 +109,12 @@ def test_a_command_line_restriction_keeps_the_axis() -> None:
     part = restrict_grid(spec, {"gpus": ["2"]})
     assert part.packet_bytes == (256, AUTO)
     assert [p.record() for p in expand(part)] == [p.record() for p in expand(spec) if p.gpus == 2]
+    # a cap whose "auto" points are an [[grid.also]] table's
+    patched = parse_sweep_spec(_spec({"also": [{"sizes": ["1MiB"], "packet_bytes": [AUTO]}]},
+                                     {"max_packet_bytes": 4096}))
+    part = restrict_grid(patched, {"gpus": ["4"]})
+    assert [p.record() for p in expand(part)] == [p.record() for p in expand(patched) if p.gpus == 4]
+    assert {(p.packet_bytes, p.max_packet_bytes) for p in expand(part)} == {(256, None), (AUTO, 4096)}
 
 
 def _record(packets: int | str, time_ns: float, gpus: int = 2, cap: int | None = None) -> dict[str, Any]:
