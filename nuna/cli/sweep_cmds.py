@@ -97,7 +97,8 @@ def table(
     baseline: str = typer.Option("UA", "--baseline",
                                  help="What the speedup column compares with: a configuration, or "
                                       "FIELD=VALUE of any input field (topology=nuna-4die, "
-                                      "tbs_per_peer=1; the twin differs only in that field). "
+                                      "tbs_per_peer=1, packet_bytes=256; the twin differs only in "
+                                      "that field). "
                                       "'none': no speedup column."),
     best_tbs: bool = typer.Option(False, "--best-tbs",
                                   help="One row per configuration at its fastest threadblock count, as "

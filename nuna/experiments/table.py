@@ -120,8 +120,9 @@ def sweep_table(records: Sequence[Mapping[str, Any]], metrics: Sequence[str] | N
     figures compare; empty where the sweep has no twin). ``baseline`` is a configuration
     (``"UA"``: column ``speedup_over_UA``; the twin differs only in the configuration and its
     NAR granularity) or ``FIELD=VALUE`` of any input field (``"topology=nuna-4die"``,
-    ``"tbs_per_peer=1"``: column ``speedup_over_FIELD=VALUE``; the twin differs only in that
-    field, whose value is written as in the CSV).
+    ``"tbs_per_peer=1"``, ``"packet_bytes=256"``: column ``speedup_over_FIELD=VALUE``; the twin
+    differs only in that field, whose value is written as in the CSV, and, for ``packet_bytes``,
+    in the cap on ``"auto"`` packets).
 
     ``best_tbs``: one row per configuration at its fastest threadblock count, as the paper
     compares them (:func:`nuna.experiments.figures.best_tbs_per_peer`); the row's
