@@ -163,6 +163,9 @@ def render(
         help="With --overlay: each link's utilisation, mean (default) or max over the GPUs, or "
              "queueing: its packets' mean wait for it (ns), where hot spots show.",
     ),
+    settings: list[str] = typer.Option([], "--set", metavar="SECTION.KEY=VALUE",
+                                       help=SET_HELP + " A result of 'nuna simulate --set' overlays the "
+                                            "topology with the same settings."),
 ) -> None:
     """Draw the chip (dies, mesh, CUs, I/O ports, HBM stacks), optionally the pod, NAR domains,
     or the link utilisation of a simulation."""
@@ -175,7 +178,7 @@ def render(
             "an overlay shades one chip (aggregated over the result's GPUs): use --gpus 1",
             param_hint="'--gpus'",
         )
-    spec = load_topology(topology)
+    spec = topology_with_settings(topology, settings)
     if nar is not None and nar not in nar_granularities(spec):
         valid = ", ".join(str(g) for g in nar_granularities(spec))
         raise typer.BadParameter(
@@ -197,10 +200,11 @@ def export(
     topology: str = typer.Argument(DEFAULT_TOPOLOGY, help=_TOPOLOGY_HELP),
     output: Path = typer.Option(..., "-o", "--output", help="GraphML file to write."),
     gpus: int = typer.Option(1, "--gpus", min=1, max=1024, help="Export a pod of N GPUs (default: one GPU)."),
+    settings: list[str] = typer.Option([], "--set", metavar="SECTION.KEY=VALUE", help=SET_HELP),
 ) -> None:
     """Write the chip (or pod) graph as GraphML, node keys stringified."""
     check_outputs(output, inputs=(topology,))
-    spec = load_topology(topology)
+    spec = topology_with_settings(topology, settings)
     graph = build_gpu(spec) if gpus == 1 else build_pod(spec, gpus)
     write_atomic(output, to_graphml(graph))
     typer.echo(f"wrote {output} ({graph.number_of_nodes()} nodes, {graph.number_of_edges()} edges)")

@@ -442,7 +442,8 @@ def link_overlay(spec: TopologySpec, result: object, *, stat: str = "mean",
         raise InputError(f"{source}: not a result of 'nuna simulate --json'")
     if result["topology"] != spec.name:
         raise TopologyError(f"{source}: a result on topology {result['topology']!r}, not {spec.name!r} "
-                            "(render that topology)")
+                            "(render that topology; a name 'NAME with KEY=VALUE, ...' is NAME with "
+                            "those --set options)")
     rows = result.get("chip_links")
     if rows is None:
         raise InputError(f"{source}: no per-link table ('chip_links'); write the result again with "

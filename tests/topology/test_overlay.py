@@ -292,3 +292,33 @@ def test_colour_map_is_the_one_the_bar_shows(spec: TopologySpec, result: dict[st
     colours = [line.get_color() for line in fig.axes[0].lines]
     assert any(np.allclose(mpl.colors.to_rgba(c), expected) for c in colours)
     assert figure_bytes(fig, "png")[:8] == PNG_MAGIC
+
+
+def test_cli_overlays_a_result_of_changed_settings_with_the_same_settings(run_cli: Run,
+                                                                         tmp_path: Path) -> None:
+    # `nuna simulate --set` names its chip after the settings; render takes them too
+    changed = load_topology("nuna-4die", {"router.vc_buffer_flits": 32})
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(simulate(generate("allgather", 2), changed, 64 * 1024).to_json()))
+    out = tmp_path / "chip.png"
+    plain = run_cli("topology", "render", "--overlay", path, "-o", out)
+    assert plain.code == 1
+    assert "'nuna-4die with router.vc_buffer_flits=32', not 'nuna-4die'" in plain.err
+    assert "--set" in plain.err
+    assert not out.exists()
+    res = run_cli("topology", "render", "--set", "router.vc_buffer_flits=32", "--overlay", path, "-o", out)
+    assert res.code == 0, res.err
+    assert out.read_bytes()[:8] == PNG_MAGIC
+
+
+def test_cli_exports_the_graph_with_changed_settings(run_cli: Run, tmp_path: Path) -> None:
+    plain, changed = tmp_path / "plain.graphml", tmp_path / "changed.graphml"
+    assert run_cli("topology", "export", "-o", plain).code == 0
+    res = run_cli("topology", "export", "--set", "chip.die_crossing_bandwidth_gbps=4580", "-o", changed)
+    assert res.code == 0, res.err
+    assert "4580" in changed.read_text()
+    assert "4580" not in plain.read_text()
+    bad = run_cli("topology", "export", "--set", "router.vcx=2", "-o", tmp_path / "bad.graphml")
+    assert bad.code == 1
+    assert "did you mean router.vcs?" in bad.err
+    assert not (tmp_path / "bad.graphml").exists()
