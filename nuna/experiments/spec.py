@@ -649,16 +649,12 @@ def parse_sweep_spec(
         axes |= {GRID_AXES[key]: () for key in _GENERATOR_KEYS}
         _check_no_gemm(axes["gemm_bytes"], source, "[grid]")
     packet_bytes = _packet_axis(grid, fixed, convert, source)
-    also = _grid_patches(grid.get("also", []), convert, source, has_plans)
-    every_packet = packet_bytes + tuple(v for patch in also for key, values in patch.axes
-                                        if key == "packet_bytes" for v in values)
     spec = SweepSpec(
         name=name,
         point_function=point_function,
         **axes,
         algo=_choice(fixed.get("algo", "direct"), ALGOS, source, "[fixed] algo"),
         packet_bytes=packet_bytes,
-        max_packet_bytes=_max_packet_bytes(fixed, every_packet, source),
         seed=_seed(fixed.get("seed", 0), source),
         windowed=None if "windowed" not in fixed else _flag(fixed["windowed"], source, "[fixed] windowed"),
         fast_forward=_flag(fixed.get("fast_forward", False), source, "[fixed] fast_forward"),
@@ -669,10 +665,12 @@ def parse_sweep_spec(
         protocol_model=_choice(fixed.get("protocol_model", "plan"), PROTOCOL_MODELS, source,
                                "[fixed] protocol_model"),
         flow_control=_flag(fixed.get("flow_control", True), source, "[fixed] flow_control"),
-        also=also,
+        also=_grid_patches(grid.get("also", []), convert, source, has_plans),
         source=source,
         packet_table="[grid]" if "packet_bytes" in grid else "[fixed]",
     )
+    # a cap on "auto" packets needs some, in any of the grids
+    spec = dataclasses.replace(spec, max_packet_bytes=_max_packet_bytes(fixed, spec.packet_sizes(), source))
     # checked before expand() lists them: 135 M points of an 18 kB spec took 94 s to fail on memory
     bound = sum(math.prod(len(getattr(g, GRID_AXES[key])) for key in _grid_axes(g)) for g in spec.grids())
     if bound > MAX_POINTS:
@@ -1324,8 +1322,8 @@ def _check_cap(value: int) -> int:
 
 
 def _max_packet_bytes(fixed: Mapping[str, Any], packet_bytes: Sequence[int | str], source: str) -> int | None:
-    """``[fixed] max_packet_bytes``, given only where some grid's ``packet_bytes`` (all of
-    them: ``packet_bytes``) is ``"auto"``, the points it applies to."""
+    """``[fixed] max_packet_bytes``, given only where one of the grids' packet sizes
+    (``packet_bytes``: all of them) is ``"auto"``, the points it applies to."""
     if "max_packet_bytes" not in fixed:
         return None
     where = "[fixed] max_packet_bytes"
