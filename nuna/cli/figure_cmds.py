@@ -55,9 +55,9 @@ def figure(
                                          "events of different GPUs in GPU order; faster there).",
                                          show_default=False),
     max_packet_bytes: str | None = typer.Option(None, "--max-packet-bytes", help="Cap the packets that "
-                                                "packet_bytes = 'auto' picks (e.g. 1KiB: none coarse; "
-                                                "slower at large sizes), into a sweep of its own "
-                                                "(fig9-packets1KiB).", show_default=False),
+                                                "packet_bytes = 'auto' picks (e.g. 1KiB; 256: flits "
+                                                "only, none coarse, slower at large sizes), into a "
+                                                "sweep of its own (fig9-packets1KiB).", show_default=False),
     fast_forward: bool = typer.Option(False, "--fast-forward", help="Skip the middle of steady states "
                                       "(docs/simulator.md section 7), into a sweep of its own (fig9-ff)."),
     line_setups: LineSetups | None = typer.Option(None, "--line-setups", help=LINE_SETUPS_HELP

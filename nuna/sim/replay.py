@@ -83,8 +83,8 @@ class SimOptions:
     element_bytes: int = 4  # fp32, the nccl-tests default type: sets the CU's reduction rate
     router: RouterParams | None = None  # None: the topology's [router] table
     auto_max_jobs: int = 1_500_000  # "auto" grows packets until about this many remain
-    # the largest packet "auto" picks (a power-of-two multiple of the flit): above 1 KiB packets
-    # are coarse (nuna.sim.result.COARSE_PACKET_BYTES); a lower cap trades run time for fidelity
+    # the largest packet "auto" picks (a power-of-two multiple of the flit): packets of several
+    # lines are coarse (nuna.sim.result.COARSE_PACKET_BYTES); a lower cap trades run time for fidelity
     max_packet_bytes: int = 1 << 16
     hist_bin_ns: float = 1.0
     hist_bins: int = 1 << 16

@@ -22,14 +22,17 @@ from nuna.units import format_size
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
 
-#: Packets larger than this are *coarse*. A packet moves its lines as one burst and holds less
-#: credit in a buffer than its flits would where many senders converge, so larger packets hide
-#: congestion or add burstiness, by different amounts for each configuration (docs/simulator.md
-#: §5). Against 256-byte flits, 64-GPU 100 MiB direct allgather, one threadblock per peer, nuna
-#: 0.6.0: 1 KiB packets UA -8.8 %, NAP+NAR -4.2 %; 2 KiB -22.6 % and -22.4 %; 4 KiB -17.8 % and
-#: -12.4 %; 8 KiB (what auto picks) -6.4 % and -9.2 %. On 2-8 GPUs 1 KiB is within 5.4 % and
-#: 2-64 KiB err by -8 % to +61 % (64 KiB: +17 % to +61 % where several CUs share each port).
-COARSE_PACKET_BYTES = 1024
+#: Packets larger than this are *coarse*: every packet of more than one 256-byte line. A packet
+#: moves its lines as one burst and holds less credit in a buffer than its flits would where
+#: many senders converge, so packets hide congestion or add burstiness, by different amounts for
+#: each configuration (docs/simulator.md §5), and no size above a line is safe: against 256-byte
+#: flits, nuna 0.15.0, direct plans, one threadblock per peer, the 64-GPU 10 MiB allgather and
+#: alltoall under NUMA+NAR with auto's 512-byte packets run 22.4 % and 23.5 % fast (loads that
+#: converge on a stack wait 325 ns per flit to leave it, 0.7 ns per packet), where UA errs by -7.7
+#: and -9.6 %. Until 2026-12-07 the threshold was 1 KiB, from the 64-GPU 100 MiB allgather (nuna
+#: 0.6.0: 1 KiB packets UA -8.8 %, NAP+NAR -4.2 %; 2 KiB -22.6 % and -22.4 %; 8 KiB, what auto
+#: picks, -6.4 % and -9.2 %; on 2-8 GPUs 2-64 KiB err by -8 % to +61 %).
+COARSE_PACKET_BYTES = 256
 
 #: The wait classes (``nuna.sim.network.WAIT_CLASSES``) of an I/O port's four links, in a
 #: remote store's order: router to port, port to switch, switch to port, port to router. Each
@@ -53,8 +56,8 @@ def coarse_packet_note(packet_bytes: int) -> str | None:
         return None
     return (f"packets of {format_size(packet_bytes)} are coarse (over {format_size(COARSE_PACKET_BYTES)}): "
             "where many CUs send they err by -23 % to +61 % against 256-byte flits, differently per "
-            f"configuration (docs/simulator.md §5); packets of {format_size(COARSE_PACKET_BYTES)} or less "
-            "are closer, and slower")
+            f"configuration (docs/simulator.md §5); packets of {format_size(COARSE_PACKET_BYTES)} "
+            "(flits) are the reference, and slower")
 
 
 def bus_factor(collective: Collective, ngpus: int) -> float:

@@ -84,11 +84,12 @@ def test_simulate_notes_a_size_the_executors_would_not_select(run_cli, plan_file
     assert "# note: MSCCL would not select this plan at 100004 B" in res.out
 
 
-@pytest.mark.parametrize(("packet", "coarse"), [("1024", False), ("2048", True)])
+@pytest.mark.parametrize(("packet", "coarse"), [("256", False), ("512", True)])
 def test_simulate_notes_coarse_packets(run_cli, plan_file: Path, packet: str, coarse: bool) -> None:
+    # every packet of several lines is coarse (nuna.sim.result.COARSE_PACKET_BYTES)
     res = run_cli("simulate", plan_file, "--size", "1MiB", "--packet-bytes", packet)
     assert res.code == 0, res.err
-    assert ("# note: packets of 2KiB are coarse (over 1KiB)" in res.out) is coarse
+    assert ("# note: packets of 512B are coarse (over 256B)" in res.out) is coarse
     assert ("coarse" in res.out) is coarse
 
 
