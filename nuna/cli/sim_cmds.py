@@ -180,8 +180,9 @@ def simulate(
                                          "--trace.", show_default=False),
     max_packet_bytes: str | None = typer.Option(None, "--max-packet-bytes", help="With --packet-bytes "
                                                 "auto: the largest packet it may pick (a power-of-two "
-                                                "multiple of the flit; default 64KiB). Packets over 1KiB "
-                                                "are coarse: 1KiB is closer, and slower.",
+                                                "multiple of the flit; default 64KiB). Packets of more "
+                                                "than one line are coarse (approximate); a smaller cap "
+                                                "is closer, and slower.",
                                                 show_default=False),
     fast_forward: bool = typer.Option(False, "--fast-forward", help="Skip the middle of steady states "
                                       "and replay their ends (sampled simulation: -4.2% to +7.3% against "
