@@ -26,6 +26,7 @@ from nuna.experiments.spec import (
 )
 from nuna.experiments.sweep import load_results
 from nuna.experiments.table import sweep_table
+from tests.experiments.test_table import _record as record
 
 GRID: dict[str, Any] = {"collectives": ["allgather"], "gpus": [2, 4], "sizes": ["64KiB"], "configs": ["UA"]}
 
@@ -118,10 +119,9 @@ def test_a_command_line_restriction_keeps_the_axis() -> None:
 
 
 def _record(packets: int | str, time_ns: float, gpus: int = 2, cap: int | None = None) -> dict[str, Any]:
-    point = {"algo": "direct", "collective": "allgather", "config": "UA", "gemm_bytes": 0, "gpus": gpus,
-             "nar_granularity": None, "packet_bytes": packets, "seed": 0, "size_bytes": 1 << 20,
-             "tbs_per_peer": 1, "topology": "nuna-4die", **({"max_packet_bytes": cap} if cap else {})}
-    return {"id": "0" * 16, "point": point, "result": {"time_ns": time_ns}, "timing": {}}
+    """``test_table``'s fake record of a UA point at this packet size (and ``auto``'s cap)."""
+    return record("UA", time_ns, gpus=gpus, packet_bytes=packets,
+                  **({"max_packet_bytes": cap} if cap else {}))
 
 
 def test_the_table_pairs_each_size_with_the_flits_of_the_same_point() -> None:
