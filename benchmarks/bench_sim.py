@@ -18,11 +18,13 @@ placement):
   case also on one thread (``SimOptions.threads``), as a sweep's worker runs it;
 - error of ``auto`` and of forced packet sizes against 256-byte flits where both run (rows
   ``+one`` / ``+series``: with the other head set-up rules, ``SimOptions.line_setups``, against
-  the default ``overlap``);
+  the default ``overlap``; ``+credit1``: one flit of credit per packet on entering a buffer,
+  ``SimOptions.packet_credit_lines = 1``, the rule of nuna <= 0.15.0, against the default two);
   ``--large`` adds the largest case measured against flits: 64 GPUs, 100 MiB, one threadblock
   per peer, under UA and NAP+NAR (about half an hour: the flits take 1.6-1.7 G events each);
 - ``--spread`` runs only the first error case (2 GPUs, 16 threadblocks per peer) at six sizes from
-  480 MB to 540 MB and prints ``auto``'s error at each and its range: the flits' hot spot at an
+  480 MB to 540 MB and prints ``auto``'s error at each and its range, beside that of ``auto``
+  with one flit of credit per packet (nuna <= 0.15.0): the flits' hot spot at an
   I/O port forms to a different degree at each size, so the error at one size is one sample.
 
 Wall time is what a user waits; CPU time is shown too because the machine may be shared, and
@@ -37,6 +39,7 @@ another replay, so the system part varies between runs where the user part does 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -52,7 +55,7 @@ HERE = Path(__file__).resolve()
 def _case(name: str, gpus: int, size: int, tbs: int, packet: str,
           windowed: bool | None = None, config: str | None = None,
           fast_forward: bool = False, threads: int | None = None,
-          line_setups: str = "overlap") -> dict[str, Any]:
+          line_setups: str = "overlap", credit_lines: int | None = None) -> dict[str, Any]:
     """Run one replay in this process and return its figures."""
     import resource
 
@@ -65,6 +68,8 @@ def _case(name: str, gpus: int, size: int, tbs: int, packet: str,
     spec = load_topology("nuna-4die")
     options = SimOptions(windowed=windowed, fast_forward=FastForward() if fast_forward else None,
                          threads=threads, line_setups=line_setups)
+    if credit_lines is not None:
+        options = dataclasses.replace(options, packet_credit_lines=credit_lines)
     plan = generate("allgather", gpus, algo="direct", tbs_per_peer=tbs)
     if config is not None:
         plan = apply_config(plan, config, PassContext(spec, size))
@@ -135,20 +140,26 @@ def _error_pct(r: dict[str, Any], ref: dict[str, Any]) -> float:
 
 
 def _spread() -> None:
-    print("auto against 256-byte flits over sizes: 2 GPUs, 16 tbs/peer")
-    print(f"{'size B':>12} {'flits us':>10} {'auto us':>10} {'packet':>7} {'error':>8}")
+    print("auto against 256-byte flits over sizes: 2 GPUs, 16 tbs/peer (credit1: auto with one flit of "
+          "credit per packet, nuna <= 0.15.0)")
+    print(f"{'size B':>12} {'flits us':>10} {'auto us':>10} {'packet':>7} {'error':>8} {'credit1 us':>10} "
+          f"{'error':>8}")
     _spawn(["--case", "warmup:2:65536:1:256"])
-    errors = []
+    errors: list[float] = []
+    olds: list[float] = []
     for size in SPREAD_SIZES:
         ref = _spawn(["--case", f"spread:2:{size}:16:256"])
         r = _spawn(["--case", f"spread:2:{size}:16:auto"])
-        err = _error_pct(r, ref)
-        errors.append(err)
+        old = _spawn(["--case", f"spread:2:{size}:16:auto:credit1"])
+        errors.append(_error_pct(r, ref))
+        olds.append(_error_pct(old, ref))
         print(f"{size:>12} {ref['time_ns'] / 1000:10.2f} {r['time_ns'] / 1000:10.2f} {r['packet_bytes']:7d} "
-              f"{err:+7.2f}%")
-    mean = sum(errors) / len(errors)
-    print(f"auto's error from {min(errors):+.2f}% to {max(errors):+.2f}%, mean {mean:+.2f}% "
-          "(target: within 2%)")
+              f"{errors[-1]:+7.2f}% {old['time_ns'] / 1000:10.2f} {olds[-1]:+7.2f}%")
+    for name, errs in (("auto", errors), ("auto with one flit of credit", olds)):
+        mean = sum(errs) / len(errs)
+        mean_abs = sum(abs(e) for e in errs) / len(errs)
+        print(f"{name}'s error from {min(errs):+.2f}% to {max(errs):+.2f}%, mean {mean:+.2f}%, "
+              f"mean |error| {mean_abs:.2f}% (target: within 2%)")
 
 
 def main() -> None:
@@ -168,9 +179,10 @@ def main() -> None:
             windowed = True if "windowed" in flags else False if "one-queue" in flags else None
             config = next((f.removeprefix("config=") for f in flags if f.startswith("config=")), None)
             threads = next((int(f.removeprefix("threads=")) for f in flags if f.startswith("threads=")), None)
+            credit = next((int(f.removeprefix("credit")) for f in flags if f.startswith("credit")), None)
             print(json.dumps(_case(name, int(gpus), int(size), int(tbs), packet, windowed, config,
                                    "ff" in flags, threads,
-                                   next((f for f in flags if f in ("one", "series")), "overlap"))))
+                                   next((f for f in flags if f in ("one", "series")), "overlap"), credit)))
         return
     if args.spread:
         _spread()
@@ -217,13 +229,15 @@ def main() -> None:
     print("\npacket size error against 256-byte flits (largest cases where both run)")
     print(f"{'case':<34} {'packet':>15} {'time us':>10} {'error':>8} {'wall s':>8}")
     # "256+ff": 256-byte flits with fast-forward of steady states (docs/simulator.md §7); "+one",
-    # "+series": packets with the other head set-up rules (SimOptions.line_setups; docs/simulator.md §5)
+    # "+series": packets with the other head set-up rules (SimOptions.line_setups; docs/simulator.md §5);
+    # "+credit1": one flit of credit per packet on entry, as nuna <= 0.15.0 (SimOptions.packet_credit_lines)
     cases: list[tuple[str, int, int, int, list[str], str]] = [
-        ("2 GPUs 512 MB, 16 tbs/peer", 2, 512_000_000, 16, ["auto", "auto+one", "auto+series", "256+ff"], ""),
+        ("2 GPUs 512 MB, 16 tbs/peer", 2, 512_000_000, 16,
+         ["auto", "auto+credit1", "auto+one", "auto+series", "256+ff"], ""),
         ("8 GPUs 32 MB, 1 tb/peer", 8, 32_000_000, 1,
-         ["auto", "1024", "1024+one", "4096", "65536", "256+ff"], ""),
+         ["auto", "1024", "1024+credit1", "1024+one", "4096", "4096+credit1", "65536", "256+ff"], ""),
         ("2 GPUs 256 MB, 16 tbs/peer", 2, 256_000_000, 16,
-         ["1024", "1024+one", "4096", "65536", "256+ff"], ""),
+         ["1024", "1024+credit1", "1024+one", "4096", "4096+credit1", "65536", "256+ff"], ""),
         ("2 GPUs 64 MB, 1 tb/peer", 2, 64_000_000, 1, ["4096", "16384", "65536", "256+ff"], ""),
     ]
     if args.large:
@@ -242,7 +256,7 @@ def main() -> None:
             label = f"{packet}={r['packet_bytes']}" if size_b == "auto" else packet
             print(f"{name:<34} {label:>15} {r['time_ns'] / 1000:10.2f} {err:+7.2f}% {r['wall_s']:8.1f}")
     print("target: auto within 2% of 256-byte flits (256+ff: the flits with --fast-forward, opt-in; "
-          "+one / +series: --line-setups one / series)")
+          "+one / +series: --line-setups one / series; +credit1: --packet-credit-lines 1)")
     if args.large:
         ua, nap = (f"64 GPUs 100 MiB, 1 tb/peer, {c}" for c in ("UA", "NAP+NAR"))
         print("64 GPUs 100 MiB, NAP+NAR over UA: "

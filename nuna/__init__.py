@@ -4,4 +4,4 @@ Layers depend one way: ``plan -> topology -> sim -> passes -> experiments -> cli
 Library code raises :class:`nuna.errors.NunaError` subclasses and never prints or exits.
 """
 
-__version__ = "0.15.0"
+__version__ = "0.16.0"

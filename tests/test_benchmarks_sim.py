@@ -15,12 +15,13 @@ def test_spread_reports_each_sizes_error_and_the_range(capsys: pytest.CaptureFix
     sizes = bench.SPREAD_SIZES
     flits = {size: 1000.0 + i for i, size in enumerate(sizes)}
     errors = {size: -2.0 * (i + 1) for i, size in enumerate(sizes)}  # percent
+    olds = {size: 3.0 - i for i, size in enumerate(sizes)}  # one flit of credit per packet
 
     def fake_spawn(args: list[str]) -> dict[str, Any]:
-        _, _, size, _, packet = args[1].split(":")
+        _, _, size, _, packet, *flags = args[1].split(":")
         t = flits.get(int(size), 1.0)
         if packet == "auto":
-            t *= 1 + errors[int(size)] / 100
+            t *= 1 + (olds if flags == ["credit1"] else errors)[int(size)] / 100
         return {"time_ns": t, "packet_bytes": 512 if packet == "auto" else 256}
 
     bench._spawn = fake_spawn
@@ -29,9 +30,14 @@ def test_spread_reports_each_sizes_error_and_the_range(capsys: pytest.CaptureFix
     rows = [line.split() for line in out if line.split() and line.split()[0].isdigit()]
     assert [int(r[0]) for r in rows] == list(sizes)
     assert [float(r[4].rstrip("%")) for r in rows] == pytest.approx([errors[s] for s in sizes])
-    mean = sum(errors.values()) / len(errors)
-    assert out[-1].startswith(f"auto's error from {min(errors.values()):+.2f}% to "
-                              f"{max(errors.values()):+.2f}%, mean {mean:+.2f}%")
+    assert [float(r[6].rstrip("%")) for r in rows] == pytest.approx([olds[s] for s in sizes])
+    for line, errs in zip(out[-2:], (errors, olds), strict=True):
+        values = list(errs.values())
+        mean = sum(values) / len(values)
+        mean_abs = sum(abs(v) for v in values) / len(values)
+        assert f"error from {min(values):+.2f}% to {max(values):+.2f}%, mean {mean:+.2f}%, " \
+               f"mean |error| {mean_abs:.2f}%" in line
+    assert out[-2].startswith("auto's error")
 
 
 def test_the_compile_probe_runs_as_the_command_only_when_asked() -> None:

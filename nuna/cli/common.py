@@ -102,6 +102,11 @@ LINE_SETUPS_HELP = ("Router head set-ups behind a packet of several lines: overl
                     "with room; the default), series (one per line after the packet), one (one "
                     "per packet, nuna <= 0.8.0). docs/simulator.md section 5. Flits: no change.")
 
+PACKET_CREDIT_HELP = ("Flits of buffer credit a packet of several takes on entering a buffer, more "
+                      "only while its head waits: 2 (the default) the two lines of a stream that sit "
+                      "in a buffer while they pass; 1 as nuna <= 0.15.0. docs/simulator.md section 5. "
+                      "Flits: no change.")
+
 
 PROTOCOL_MODEL_HELP = ("How an LL or LL128 plan's protocol is replayed: plan (its bytes on the wire, LL "
                        "twice the payload and LL128 16/15, and sends that do not wait for their stores; "

@@ -10,6 +10,7 @@ import typer
 
 from nuna.cli.common import (
     LINE_SETUPS_HELP,
+    PACKET_CREDIT_HELP,
     ExecutorName,
     LineSetups,
     SweepProgressBar,
@@ -63,6 +64,10 @@ def figure(
     line_setups: LineSetups | None = typer.Option(None, "--line-setups", help=LINE_SETUPS_HELP
                                                   + " Other than the default: into a sweep of its own "
                                                   "(fig9-setups-series).", show_default=False),
+    packet_credit_lines: int | None = typer.Option(None, "--packet-credit-lines", min=1, max=1 << 20,
+                                                   help=PACKET_CREDIT_HELP + " Other than the default: "
+                                                   "into a sweep of its own (fig9-credit1).",
+                                                   show_default=False),
     no_reduce_fusion: bool = typer.Option(False, "--no-reduce-fusion", help="Replay every re step on its "
                                           "own rather than each chain the MSCCL executors fuse as one pass "
                                           "(nuna <= 0.9.0), into a sweep of its own (fig9-nofusion)."),
@@ -90,7 +95,8 @@ def figure(
     options = FigureOptions(spec_dir=spec_dir, quick=quick, only=only, windowed=windowed,
                             max_packet_bytes=cap, fast_forward=fast_forward,
                             line_setups=None if line_setups is None else line_setups.value,
-                            reduce_fusion=not no_reduce_fusion, executor_slices=executor_slices)
+                            reduce_fusion=not no_reduce_fusion, executor_slices=executor_slices,
+                            packet_credit_lines=packet_credit_lines)
     if dry_run:
         spec = figure_spec(name, options)
         folder, siblings = figure_sweep_folders(name, spec, out)

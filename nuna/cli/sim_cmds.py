@@ -19,6 +19,7 @@ from nuna.cli.common import (
     EXECUTOR_SLICES_HELP,
     FLOW_CONTROL_HELP,
     LINE_SETUPS_HELP,
+    PACKET_CREDIT_HELP,
     PROTOCOL_MODEL_HELP,
     REDUCE_FUSION_HELP,
     SET_HELP,
@@ -190,6 +191,8 @@ def simulate(
                                       "not with --trace)."),
     line_setups: LineSetups | None = typer.Option(None, "--line-setups", help=LINE_SETUPS_HELP,
                                                   show_default=False),
+    packet_credit_lines: int | None = typer.Option(None, "--packet-credit-lines", min=1, max=1 << 20,
+                                                   help=PACKET_CREDIT_HELP, show_default=False),
     threads: int | None = typer.Option(None, "--threads", min=1, help="Threads a windowed replay runs its "
                                        "GPUs on (the result does not depend on it). Default: every core.",
                                        show_default=False),
@@ -223,6 +226,8 @@ def simulate(
                          protocol_model=protocol_model.value, flow_control=flow_control)
     if line_setups is not None:
         options = dataclasses.replace(options, line_setups=line_setups.value)
+    if packet_credit_lines is not None:
+        options = dataclasses.replace(options, packet_credit_lines=packet_credit_lines)
     if max_packet_bytes is not None:
         options = dataclasses.replace(options, max_packet_bytes=_size(max_packet_bytes))
     spec = topology_with_settings(topology, settings)

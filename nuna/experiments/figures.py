@@ -43,6 +43,7 @@ from nuna.experiments.spec import (
     line_setups_spec,
     no_fusion_spec,
     packet_cap_spec,
+    packet_credit_spec,
     restrict_grid,
     slices_spec,
     windowed_spec,
@@ -50,7 +51,7 @@ from nuna.experiments.spec import (
 from nuna.experiments.store import is_sweep_folder
 from nuna.experiments.sweep import ProgressCallback, SweepSummary, load_results, load_sweep_spec, run_sweep
 from nuna.fsutil import checkout_folder, make_folder, write_atomic
-from nuna.sim.replay import DEFAULT_LINE_SETUPS
+from nuna.sim.replay import DEFAULT_LINE_SETUPS, DEFAULT_PACKET_CREDIT_LINES
 from nuna.sim.result import COARSE_PACKET_BYTES
 from nuna.topology.spec import DEFAULT_TOPOLOGY, is_topology_path
 from nuna.units import format_size
@@ -116,9 +117,10 @@ class FigureOptions:
     ``max_packet_bytes``, a cap on ``"auto"``'s packets (:func:`nuna.experiments.spec.
     packet_cap_spec`); ``fast_forward`` (:func:`nuna.experiments.spec.fast_forward_spec`);
     ``line_setups`` other than the simulator's default (:func:`nuna.experiments.spec.
-    line_setups_spec`); ``reduce_fusion`` ``False``, each ``re`` step on its own
-    (:func:`nuna.experiments.spec.no_fusion_spec`); ``executor_slices``, steps slice by slice
-    (:func:`nuna.experiments.spec.slices_spec`)."""
+    line_setups_spec`); ``packet_credit_lines`` other than the simulator's default
+    (:func:`nuna.experiments.spec.packet_credit_spec`); ``reduce_fusion`` ``False``, each
+    ``re`` step on its own (:func:`nuna.experiments.spec.no_fusion_spec`); ``executor_slices``,
+    steps slice by slice (:func:`nuna.experiments.spec.slices_spec`)."""
 
     spec_dir: str | Path | None = None
     quick: bool = False
@@ -129,6 +131,7 @@ class FigureOptions:
     line_setups: str | None = None
     reduce_fusion: bool = True
     executor_slices: bool = False
+    packet_credit_lines: int | None = None
 
 
 def _check_name(name: str) -> str:
@@ -187,6 +190,8 @@ def figure_spec(name: str, options: FigureOptions = FigureOptions()) -> SweepSpe
         spec = fast_forward_spec(spec)
     if o.line_setups is not None and o.line_setups != DEFAULT_LINE_SETUPS:
         spec = line_setups_spec(spec, o.line_setups)
+    if o.packet_credit_lines is not None and o.packet_credit_lines != DEFAULT_PACKET_CREDIT_LINES:
+        spec = packet_credit_spec(spec, o.packet_credit_lines)
     if not o.reduce_fusion:
         spec = no_fusion_spec(spec)
     if o.executor_slices:

@@ -57,10 +57,11 @@ def _granularity(point: dict[str, Any]) -> int | str | None:
 
 def point_sim_options(point: dict[str, Any]) -> dict[str, Any]:
     """The ``nuna.sim.SimOptions`` fields a point sets (``windowed``, ``max_packet_bytes``,
-    ``fast_forward`` with its default parameters, ``line_setups``, ``reduce_fusion`` when
-    ``False``, ``executor_slices`` when ``True``, ``protocol_model`` when not ``"plan"``,
-    ``flow_control`` when ``False``); the simulator's defaults for the rest."""
-    options = {key: point[key] for key in ("windowed", "max_packet_bytes", "line_setups")
+    ``fast_forward`` with its default parameters, ``line_setups``, ``packet_credit_lines``,
+    ``reduce_fusion`` when ``False``, ``executor_slices`` when ``True``, ``protocol_model`` when
+    not ``"plan"``, ``flow_control`` when ``False``); the simulator's defaults for the rest."""
+    options = {key: point[key] for key in ("windowed", "max_packet_bytes", "line_setups",
+                                                   "packet_credit_lines")
                if point.get(key) is not None}
     if point.get("fast_forward"):
         options["fast_forward"] = _require("nuna.sim.fastforward", "FastForward")()

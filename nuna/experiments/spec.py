@@ -148,6 +148,9 @@ ALGOS: tuple[str, ...] = ("direct", "ring")
 #: ``[fixed] line_setups``: the simulator's head set-up rules (``nuna.sim.replay.LINE_SETUP_RULES``,
 #: spelled out so that reading a spec does not load the simulator)
 LINE_SETUPS: tuple[str, ...] = ("one", "overlap", "series")
+#: ``[fixed] packet_credit_lines``' largest value (``nuna.sim.SimOptions``' bound, spelled out
+#: for the same reason as ``LINE_SETUPS``)
+MAX_CREDIT_LINES = 1 << 20
 #: ``[fixed] protocol_model``: the simulator's (``nuna.sim.replay.PROTOCOL_MODELS``, the default
 #: first; spelled out for the same reason)
 PROTOCOL_MODELS: tuple[str, ...] = ("plan", "simple")
@@ -169,8 +172,9 @@ _SECTIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
                    "gemm_sizes", "also", "plans"}),
     ),
     "fixed": (frozenset(), frozenset({"algo", "packet_bytes", "max_packet_bytes", "seed", "windowed",
-                                      "fast_forward", "line_setups", "reduce_fusion",
-                                      "executor_slices", "protocol_model", "flow_control"})),
+                                      "fast_forward", "line_setups", "packet_credit_lines",
+                                      "reduce_fusion", "executor_slices", "protocol_model",
+                                      "flow_control"})),
 }
 
 #: grid axes: spec-file key -> SweepSpec field, in expansion order (outermost first)
@@ -226,6 +230,9 @@ class Point:
     shortcut, so a point of its own). ``line_setups`` names the router head set-ups behind a
     packet of several lines (``nuna.sim.SimOptions.line_setups``; ``None``: the simulator's
     default): another model of coarse packets, so a set rule is a point of its own.
+    ``packet_credit_lines`` the flits of buffer credit a packet of several takes on entering a
+    buffer (``nuna.sim.SimOptions.packet_credit_lines``; ``None``: the simulator's default):
+    likewise.
     ``reduce_fusion`` ``False`` replays each ``re`` step on its own rather than chains of them
     as the executors' fused passes (``nuna.sim.SimOptions.reduce_fusion``, as nuna <= 0.9.0
     did): another model of reductions, so a point of its own. ``executor_slices`` ``True`` runs
@@ -260,6 +267,7 @@ class Point:
     executor_slices: bool = False
     protocol_model: str = "plan"
     flow_control: bool = True
+    packet_credit_lines: int | None = None
 
     @property
     def plan(self) -> str | None:
@@ -268,14 +276,16 @@ class Point:
         return None
 
     def as_dict(self) -> dict[str, Any]:
-        # "windowed", "max_packet_bytes", "fast_forward", "line_setups", "reduce_fusion",
-        # "executor_slices", "protocol_model", "flow_control" and "plan" only when set, so that
-        # points without them keep their ids
+        # "windowed", "max_packet_bytes", "fast_forward", "line_setups", "packet_credit_lines",
+        # "reduce_fusion", "executor_slices", "protocol_model", "flow_control" and "plan" only
+        # when set, so that points without them keep their ids
         return {**({"windowed": self.windowed} if self.windowed is not None else {}),
             **({"plan": self.plan} if self.plan is not None else {}),
             **({"max_packet_bytes": self.max_packet_bytes} if self.max_packet_bytes is not None else {}),
             **({"fast_forward": True} if self.fast_forward else {}),
             **({"line_setups": self.line_setups} if self.line_setups is not None else {}),
+            **({"packet_credit_lines": self.packet_credit_lines}
+               if self.packet_credit_lines is not None else {}),
             **({"reduce_fusion": False} if not self.reduce_fusion else {}),
             **({"executor_slices": True} if self.executor_slices else {}),
             **({"protocol_model": self.protocol_model} if self.protocol_model != "plan" else {}),
@@ -323,6 +333,8 @@ class Point:
             parts.append("fast-forward")
         if self.line_setups is not None:
             parts.append(f"setups-{self.line_setups}")
+        if self.packet_credit_lines is not None:
+            parts.append(f"credit-{self.packet_credit_lines}")
         if not self.reduce_fusion:
             parts.append("nofusion")
         if self.executor_slices:
@@ -415,6 +427,7 @@ class SweepSpec:
     executor_slices: bool = False
     protocol_model: str = "plan"
     flow_control: bool = True
+    packet_credit_lines: int | None = None
     also: tuple[GridPatch, ...] = ()
     source: str = field(default="<spec>", compare=False)
     #: the table the main grid's packet sizes were given in (``"[fixed]"`` or ``"[grid]"``), for
@@ -584,6 +597,7 @@ def _expand_one(spec: SweepSpec) -> list[Point]:
             "executor_slices": spec.executor_slices,
             "protocol_model": spec.protocol_model,
             "flow_control": spec.flow_control,
+            "packet_credit_lines": spec.packet_credit_lines,
         }
         point = Point(**inputs) if plan is None else PlanPoint(**inputs, plan=plan)
         points.append(point)
@@ -665,6 +679,8 @@ def parse_sweep_spec(
         protocol_model=_choice(fixed.get("protocol_model", "plan"), PROTOCOL_MODELS, source,
                                "[fixed] protocol_model"),
         flow_control=_flag(fixed.get("flow_control", True), source, "[fixed] flow_control"),
+        packet_credit_lines=None if "packet_credit_lines" not in fixed else _credit_lines(
+            fixed["packet_credit_lines"], source),
         also=_grid_patches(grid.get("also", []), convert, source, has_plans),
         source=source,
         packet_table="[grid]" if "packet_bytes" in grid else "[fixed]",
@@ -1005,6 +1021,15 @@ def line_setups_spec(spec: SweepSpec, rule: str) -> SweepSpec:
     return dataclasses.replace(spec, line_setups=rule, name=f"{spec.name}-setups-{rule}")
 
 
+def packet_credit_spec(spec: SweepSpec, lines: int) -> SweepSpec:
+    """``spec`` replayed with packets of several flits taking ``lines`` flits of credit on
+    entering a buffer (``nuna.sim.SimOptions.packet_credit_lines``), named apart
+    (``fig9-credit1``): its packet points differ from the default model's, so its points are
+    points of their own. Raises ``UsageError`` for a count out of range."""
+    lines = _int(lines, "flits of credit per packet", minimum=1, maximum=MAX_CREDIT_LINES)
+    return dataclasses.replace(spec, packet_credit_lines=lines, name=f"{spec.name}-credit{lines}")
+
+
 def no_fusion_spec(spec: SweepSpec) -> SweepSpec:
     """``spec`` replayed with each ``re`` step on its own rather than chains of them as the
     executors' fused passes (``nuna.sim.SimOptions.reduce_fusion = False``, as nuna <= 0.9.0
@@ -1035,10 +1060,10 @@ def packet_cap_spec(spec: SweepSpec, max_packet_bytes: int) -> SweepSpec:
 
 def _fixed(spec: SweepSpec) -> dict[str, Any]:
     """The ``[fixed]`` table of ``spec`` (``windowed``, ``max_packet_bytes``, ``fast_forward``,
-    ``line_setups``, ``reduce_fusion``, ``executor_slices``, ``protocol_model`` and
-    ``flow_control`` only when set (``reduce_fusion`` and ``flow_control`` when ``False``,
-    ``executor_slices`` when ``True``, ``protocol_model`` when not ``"plan"``): older
-    indexes stay equal; no ``algo`` with plan files, which no generator made)."""
+    ``line_setups``, ``packet_credit_lines``, ``reduce_fusion``, ``executor_slices``,
+    ``protocol_model`` and ``flow_control`` only when set (``reduce_fusion`` and
+    ``flow_control`` when ``False``, ``executor_slices`` when ``True``, ``protocol_model`` when
+    not ``"plan"``): older indexes stay equal; no ``algo`` with plan files, which no generator made)."""
     fixed: dict[str, Any] = {}
     if len(spec.packet_bytes) == 1:  # several: a [grid] axis (_grid_axes)
         fixed["packet_bytes"] = spec.packet_bytes[0]
@@ -1053,6 +1078,8 @@ def _fixed(spec: SweepSpec) -> dict[str, Any]:
         fixed["fast_forward"] = True
     if spec.line_setups is not None:
         fixed["line_setups"] = spec.line_setups
+    if spec.packet_credit_lines is not None:
+        fixed["packet_credit_lines"] = spec.packet_credit_lines
     if not spec.reduce_fusion:
         fixed["reduce_fusion"] = False
     if spec.executor_slices:
@@ -1333,6 +1360,13 @@ def _max_packet_bytes(fixed: Mapping[str, Any], packet_bytes: Sequence[int | str
         return _check_cap(_size(fixed["max_packet_bytes"], where))
     except UsageError as err:
         raise _fail(source, where, str(err)) from None
+
+
+def _credit_lines(value: Any, source: str) -> int:
+    try:
+        return _int(value, "flits of credit per packet", minimum=1, maximum=MAX_CREDIT_LINES)
+    except UsageError as err:
+        raise _fail(source, "[fixed] packet_credit_lines", str(err)) from None
 
 
 def _seed(value: Any, source: str) -> int:

@@ -113,6 +113,9 @@ C_STATUS = 19  # how the domain's last window ended (DONE, NEED_HEAP, OVERFLOW o
 # how the head behind a packet of m lines is charged router head set-ups (``_grant``, one of the
 # LINE_SETUP_* rules below; docs/simulator.md §5)
 C_LINE_SETUP = 20
+# bytes of credit a packet takes on entering a buffer, at most its size (``_need``): the flit
+# times the lines a packet holds as it streams through (``make_state``'s ``credit_lines``)
+C_ENTRY_CREDIT = 21
 NCTR = 24
 
 # Head set-ups behind a packet of m lines in its virtual channel (``C_LINE_SETUP``): the m
@@ -331,7 +334,7 @@ MAX_DOMAINS = 1 << (34 - _SRC_SEQ_BITS)
 
 def make_state(net: Any, packets: int, heap: int, ring: int, domains: int = 1, block: int = 0,
                in_flight: int = 0, pileup: bool = False, ring_events: int = 0,
-               line_setup: int = LINE_SETUP_ONE) -> Any:
+               line_setup: int = LINE_SETUP_ONE, credit_lines: int = 1) -> Any:
     """Fresh engine state for ``packets`` packet slots and a heap of ``heap`` events; with
     ``domains`` > 1, one event queue (a heap of ``heap`` events and its rings) per domain of
     ``block`` edges (see :func:`replay_loop`). ``in_flight``: about the most packets in flight
@@ -340,9 +343,10 @@ def make_state(net: Any, packets: int, heap: int, ring: int, domains: int = 1, b
     ``in_flight`` over the domains; a fuller ring leaves its events to the heap, in the same
     order). ``pileup``: packets of more than a flit hold, while their head waits in a buffer,
     the bytes that have come in behind it (:func:`_pile_up`); without it a packet holds at most
-    a flit of credit (:func:`_need`). ``line_setup``: how many head set-ups the next head of a
-    virtual channel bids after a packet of several lines (flits, on its larger leg: a load's
-    response, not its request), one of the ``LINE_SETUP_*`` rules (:func:`_grant`)."""
+    ``credit_lines`` flits of credit (:func:`_need`). ``line_setup``: how many head set-ups the
+    next head of a virtual channel bids after a packet of several lines (flits, on its larger leg:
+    a load's response, not its request), one of the ``LINE_SETUP_*`` rules (:func:`_grant`).
+    ``credit_lines``: the flits of credit a packet of several takes on entering a buffer."""
     E = num_edges(net)
     P = max(1, packets)
     if max(P, E) >= MAX_EVENT_ID:
@@ -363,6 +367,9 @@ def make_state(net: Any, packets: int, heap: int, ring: int, domains: int = 1, b
     if line_setup not in (LINE_SETUP_ONE, LINE_SETUP_SERIES, LINE_SETUP_OVERLAP):
         raise ValueError(f"unknown head set-up rule {line_setup}")
     ctr[C_LINE_SETUP] = line_setup
+    if credit_lines < 1:
+        raise ValueError(f"a packet takes at least a flit of credit, got {credit_lines} lines")
+    ctr[C_ENTRY_CREDIT] = credit_lines * int(net.flit[0])
     G = max(1, domains)
     ctr[C_NDOM] = G
     ctr[C_BLOCK] = block if G > 1 else max(1, E)
@@ -1067,7 +1074,7 @@ def _grant(net: Any, st: Any, p: int, ein: int, e: int, v: int, leg: int, pos: i
     cap = ei[e, EI_CAP]
     kk = ei[e, EI_VBASE] + v
     if cap >= 0:
-        need = _need(size, cap, flit)
+        need = _need(size, cap, st.ctr[C_ENTRY_CREDIT])
         st.vu[kk] += need
     pi[p, PI_NEED] = need
     pi[p, PI_VC] = v
@@ -1146,12 +1153,15 @@ def _post_to(st: Any, g: int, cls: int, t: float, pay: int) -> None:
 
 
 @_hot
-def _need(size: int, cap: int, flit: float) -> int:
-    """Credit bytes a packet takes on entering a buffer: a packet streams through it, so at
-    most a flit of it sits there (a packet of many flits stands for that many lines in flight,
-    which do not block a buffer as one long worm would); never more than the buffer. While its
-    head waits there, :func:`_pile_up` grows the credit to what has come in behind it."""
-    f = size if size < flit else int(flit)
+def _need(size: int, cap: int, entry: int) -> int:
+    """Credit bytes a packet takes on entering a buffer: ``entry`` bytes (``C_ENTRY_CREDIT``,
+    two flits by default), at most its size and never more than the buffer. A packet of ``m``
+    lines stands for ``m`` one-line packets streaming through: while they pass, one leaving and
+    the next coming in, two of them sit in the buffer, and more only when the head waits, when
+    :func:`_pile_up` grows the credit to what has come in behind it. One flit (nuna <= 0.15.0)
+    hid the back-pressure of load responses converging on a stack (docs/simulator.md §5); the
+    whole size over-blocks from 1 KiB."""
+    f = size if size < entry else entry
     return f if f < cap else cap
 
 
@@ -1243,7 +1253,7 @@ def arbitrate(net: Any, st: Any, e: int, now: float) -> None:
         leg, pos, end = next_pos(net, st, p)
         need = 0
         if cap >= 0:
-            need = _need(st.pi[p, PI_SIZE0 + leg], cap, net.flit[0])
+            need = _need(st.pi[p, PI_SIZE0 + leg], cap, st.ctr[C_ENTRY_CREDIT])
         v, due = _pick_vc(st, e, need, now)
         if v < 0:
             if due < retry:

@@ -73,6 +73,8 @@ PacketBytes = int | Literal["auto"]
 LINE_SETUP_RULES = {"one": eng.LINE_SETUP_ONE, "series": eng.LINE_SETUP_SERIES,
                     "overlap": eng.LINE_SETUP_OVERLAP}
 DEFAULT_LINE_SETUPS = "overlap"
+#: ``SimOptions.packet_credit_lines``' default (docs/simulator.md §5)
+DEFAULT_PACKET_CREDIT_LINES = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +110,11 @@ class SimOptions:
     # set-up in each of the port's channels with room; "series" m set-ups after the packet;
     # "one" one (nuna <= 0.8.0). Flits replay the same under every rule
     line_setups: str = DEFAULT_LINE_SETUPS
+    # flits of credit a packet of several takes on entering a buffer, at most its size
+    # (engine._need; docs/simulator.md §5, "Two lines of credit per packet"): 2, the default
+    # since 0.16.0, the two lines of a stream in a buffer while they pass; 1 (nuna <= 0.15.0)
+    # hides back-pressure where load responses converge on a stack. Flits replay the same
+    packet_credit_lines: int = DEFAULT_PACKET_CREDIT_LINES
     # replay chains of re steps as the executors run them, one fused pass each (nuna.plan.fusion;
     # docs/simulator.md §3); False: each re on its own (nuna <= 0.9.0), to measure what fusion buys
     reduce_fusion: bool = True
@@ -556,11 +563,12 @@ class _Prepared:
 #: 1 Mi bins: 512 MiB; at 1-ns bins, a millisecond of store latency), ``credit_ring`` per virtual
 #: channel (526,336 channels at 64 GPUs, 64 slots: 546 MiB), ``trace_samples`` per traced port
 #: edge, ``request_bytes`` as a packet (``fit.MAX_PACKET_BYTES``), ``element_bytes`` beyond any
-#: number type, ``issue_queue`` and ``auto_max_jobs`` as the most jobs a replay could hold.
+#: number type, ``issue_queue`` and ``auto_max_jobs`` as the most jobs a replay could hold,
+#: ``packet_credit_lines`` far above any packet's lines (a packet's credit is at most its size).
 _OPTION_COUNTS: dict[str, tuple[int, int]] = {
     "credit_ring": (1, 64), "issue_queue": (0, 1 << 40), "request_bytes": (1, MAX_PACKET_BYTES),
     "element_bytes": (1, 1 << 10), "auto_max_jobs": (1, 1 << 40), "trace_samples": (2, 1 << 16),
-    "hist_bins": (1, 1 << 20), "threads": (1, 1 << 16)}
+    "hist_bins": (1, 1 << 20), "threads": (1, 1 << 16), "packet_credit_lines": (1, 1 << 20)}
 
 
 def _check_options(opts: SimOptions) -> None:
@@ -752,7 +760,8 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *,
     # second piles up behind its head as a wormhole router's body flit does
     st = eng.make_state(net.net, packets, heap, opts.credit_ring, domains, net.block, in_flight,
                         pileup=pre.wire.wire_bytes(psize) > line, ring_events=pools.ring_events,
-                        line_setup=LINE_SETUP_RULES[opts.line_setups] if psize > line else eng.LINE_SETUP_ONE)
+                        line_setup=LINE_SETUP_RULES[opts.line_setups] if psize > line else eng.LINE_SETUP_ONE,
+                        credit_lines=opts.packet_credit_lines)
 
     m_send = dag.match_send.astype(np.int64)
     n_land = np.where(m_send >= 0, n_bytes[np.maximum(m_send, 0)], 0).astype(np.int64)

@@ -172,6 +172,8 @@ def test_windowed_and_packet_cap_reach_the_simulator(function: str) -> None:
     assert "fast_forward" in resolve_point_function(function)(fast)  # on, even where nothing is skipped
     assert point_sim_options(point | {"line_setups": "series"})["line_setups"] == "series"
     assert "line_setups" not in point_sim_options(point)
+    assert point_sim_options(point | {"packet_credit_lines": 1})["packet_credit_lines"] == 1
+    assert "packet_credit_lines" not in point_sim_options(point)
 
 
 

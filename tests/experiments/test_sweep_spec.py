@@ -33,6 +33,7 @@ from nuna.experiments.spec import (
     line_setups_spec,
     load_sweep_spec,
     packet_cap_spec,
+    packet_credit_spec,
     parse_sweep_spec,
     point_id,
     restrict_grid,
@@ -329,9 +330,11 @@ def test_as_dict_names_every_field_and_is_json_data() -> None:
     assert "executor_slices" not in data
     assert "protocol_model" not in data
     assert "flow_control" not in data
+    assert "packet_credit_lines" not in data
     data = dataclasses.replace(POINT, windowed=True, max_packet_bytes=4096, fast_forward=True,
                                line_setups="series", reduce_fusion=False, executor_slices=True,
-                               protocol_model="simple", flow_control=False).as_dict()
+                               protocol_model="simple", flow_control=False,
+                               packet_credit_lines=1).as_dict()
     assert set(data) == {f.name for f in dataclasses.fields(Point)}
     assert json.loads(json.dumps(data)) == data
 
@@ -615,6 +618,35 @@ def test_line_setups_is_a_fixed_setting_of_its_own() -> None:
         line_setups_spec(plain, "twice")
     with pytest.raises(InputError, match="setup_per_line"):  # the 0.8.0 switch is gone, loudly
         parse_sweep_spec(_with("fixed", "setup_per_line", True))
+
+
+def test_packet_credit_lines_is_a_fixed_setting_of_its_own() -> None:
+    plain = parse_sweep_spec(BASE)
+    assert plain.packet_credit_lines is None
+    assert all("packet_credit_lines" not in p.as_dict() for p in expand(plain))  # older ids kept
+    assert "packet_credit_lines" not in plain.to_json()["fixed"]
+    ids = {point_id(p.as_dict(), plain.point_function) for p in expand(plain)}
+    for lines in (1, 3):
+        spec = parse_sweep_spec(_with("fixed", "packet_credit_lines", lines))
+        assert all(p.as_dict()["packet_credit_lines"] == lines for p in expand(spec))
+        assert spec.to_json()["fixed"]["packet_credit_lines"] == lines
+        assert ids.isdisjoint(point_id(p.as_dict(), spec.point_function) for p in expand(spec))
+        named = packet_credit_spec(restrict_grid(plain, {"gpus": ["4"]}), lines)
+        assert named.name.endswith(f"-credit{lines}")
+        assert all(p.packet_credit_lines == lines for p in expand(named))
+        assert f"credit-{lines}" in expand(named)[0].label()
+    for bad in (0, 1.5, "2", True, 1 << 21):
+        with pytest.raises(InputError, match=r"\[fixed\] packet_credit_lines"):
+            parse_sweep_spec(_with("fixed", "packet_credit_lines", bad))
+    with pytest.raises(UsageError, match="between 1 and"):
+        packet_credit_spec(plain, 0)
+
+
+def test_packet_credit_bounds_are_the_simulators() -> None:
+    from nuna.experiments.spec import MAX_CREDIT_LINES
+    from nuna.sim.replay import _OPTION_COUNTS, DEFAULT_PACKET_CREDIT_LINES
+    assert _OPTION_COUNTS["packet_credit_lines"] == (1, MAX_CREDIT_LINES)
+    assert 1 <= DEFAULT_PACKET_CREDIT_LINES <= MAX_CREDIT_LINES
 
 
 def test_line_setups_are_the_simulators() -> None:

@@ -169,7 +169,8 @@ def test_the_command_tabulates_a_sweep_folder(run_cli: Callable[..., Any], fake_
     out = tmp_path / "out"
     assert run_cli("sweep", spec_path, "-o", out, "-j", "1", "-q").code == 0
     # the fake points' results hold none of the default metrics but time_ns: no column for them
-    assert run_cli("table", out).out.splitlines()[0].endswith(",flow_control,speedup_over_UA")
+    header = run_cli("table", out).out.splitlines()[0]
+    assert header.endswith(",flow_control,packet_credit_lines,speedup_over_UA")
     res = run_cli("table", out, "-m", "time_ns", "-m", "digest")
     assert res.code == 0, res.err
     rows = list(csv.reader(io.StringIO(res.out)))

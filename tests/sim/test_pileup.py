@@ -99,10 +99,11 @@ def test_packets_stay_close_to_flits_where_stores_converge(spec, monkeypatch: py
     that closeness is luck: packets also skip the per-line head set-ups flits pay there, which
     1-2 KiB packets show (-11 to -12 % with the rule; docs/simulator.md §5, the lead). Measured
     with one set-up per packet, the rule of those measurements: the set-ups per line that 0.9.0
-    charges are tested apart (tests/sim/test_line_setup.py)."""
+    charges are tested apart (tests/sim/test_line_setup.py), and with one flit of credit per
+    packet on entry, the rule of nuna <= 0.15.0 (tests/sim/test_packet_credit.py for two)."""
     size = 4_000_000
     plan = apply_config(generate("allgather", 16, tbs_per_peer=1), "NAP+NAR", PassContext(spec, size))
-    one = SimOptions(line_setups="one")
+    one = SimOptions(line_setups="one", packet_credit_lines=1)
     flits = simulate(plan, spec, size, packet_bytes=256).time_ns
     piled = simulate(plan, spec, size, packet_bytes=4096, options=one).time_ns
     force_engine_state(monkeypatch, replay_mod, pileup=False)
