@@ -31,7 +31,11 @@ I64 = npt.NDArray[np.int64]
 #: converge on a stack wait 325 ns per flit to leave it, 0.7 ns per packet), where UA errs by -7.7
 #: and -9.6 %. Until 2026-12-07 the threshold was 1 KiB, from the 64-GPU 100 MiB allgather (nuna
 #: 0.6.0: 1 KiB packets UA -8.8 %, NAP+NAR -4.2 %; 2 KiB -22.6 % and -22.4 %; 8 KiB, what auto
-#: picks, -6.4 % and -9.2 %; on 2-8 GPUs 2-64 KiB err by -8 % to +61 %).
+#: picks, -6.4 % and -9.2 %; on 2-8 GPUs 2-64 KiB err by -8 % to +61 %). Since 0.16.0 a packet
+#: takes two lines of credit on entering a buffer (``SimOptions.packet_credit_lines``): the
+#: 64-GPU NUMA+NAR cases above err +0.3 % and +2.8 %, and the errors measured on 0.16.0 range
+#: from -10.1 % (2 GPUs, 16 per peer, 520 MB, 512 B) to +60.2 % (4 GPUs, 4 per peer, 128 MB,
+#: 64 KiB); still no size above a line is safe.
 COARSE_PACKET_BYTES = 256
 
 #: The wait classes (``nuna.sim.network.WAIT_CLASSES``) of an I/O port's four links, in a
@@ -55,7 +59,7 @@ def coarse_packet_note(packet_bytes: int) -> str | None:
     if packet_bytes <= COARSE_PACKET_BYTES:
         return None
     return (f"packets of {format_size(packet_bytes)} are coarse (over {format_size(COARSE_PACKET_BYTES)}): "
-            "where many CUs send they err by -23 % to +61 % against 256-byte flits, differently per "
+            "where many CUs send they err by -10 % to +60 % against 256-byte flits, differently per "
             f"configuration (docs/simulator.md §5); packets of {format_size(COARSE_PACKET_BYTES)} "
             "(flits) are the reference, and slower")
 

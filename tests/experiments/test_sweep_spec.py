@@ -642,6 +642,17 @@ def test_packet_credit_lines_is_a_fixed_setting_of_its_own() -> None:
         packet_credit_spec(plain, 0)
 
 
+def test_a_figure_with_another_credit_is_a_sweep_of_its_own() -> None:
+    from nuna.experiments.figures import FigureOptions, figure_spec
+    from nuna.sim.replay import DEFAULT_PACKET_CREDIT_LINES
+    plain = figure_spec("fig12", FigureOptions(quick=True))
+    same = figure_spec("fig12", FigureOptions(quick=True, packet_credit_lines=DEFAULT_PACKET_CREDIT_LINES))
+    assert same == plain  # the default is no change: the same points, reused
+    one = figure_spec("fig12", FigureOptions(quick=True, packet_credit_lines=1))
+    assert one.name == f"{plain.name}-credit1"
+    assert all(p.packet_credit_lines == 1 for p in expand(one))
+
+
 def test_packet_credit_bounds_are_the_simulators() -> None:
     from nuna.experiments.spec import MAX_CREDIT_LINES
     from nuna.sim.replay import _OPTION_COUNTS, DEFAULT_PACKET_CREDIT_LINES
