@@ -1,13 +1,13 @@
 """Credit a packet takes on entering a buffer (``SimOptions.packet_credit_lines``, engine
 ``_need``; docs/simulator.md §5, "Two lines of credit per packet"): at most its size and the
-buffer, flits untouched, every byte returned, and the command line and option checks."""
+buffer, flits untouched, and the command line and option checks (every byte of it returned:
+tests/sim/test_pileup.py, over the counts)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -20,7 +20,6 @@ from nuna.sim import engine as eng
 from nuna.sim import noc, simulate
 from nuna.sim.replay import DEFAULT_PACKET_CREDIT_LINES, SimOptions
 from nuna.topology.spec import load_topology
-from tests.sim.test_engine import unreturned_credit
 
 
 @pytest.fixture(scope="module")
@@ -51,28 +50,6 @@ def test_the_state_carries_the_credit_of_its_flit(spec) -> None:  # type: ignore
     assert eng.make_state(mesh.net, 8, 1024, 4).ctr[eng.C_ENTRY_CREDIT] == flit  # nuna <= 0.15.0
     with pytest.raises(ValueError, match="at least a flit"):
         eng.make_state(mesh.net, 8, 1024, 4, credit_lines=0)
-
-
-@settings(max_examples=8, deadline=None)
-@given(flits=st.integers(2, 16), lines=st.integers(2, 8), seed=st.integers(0, 1000),
-       rate=st.floats(0.1, 0.6))
-def test_every_byte_of_a_packets_lines_of_credit_comes_back(flits: int, lines: int, seed: int,
-                                                            rate: float) -> None:
-    mesh = noc.build_mesh(4, 4, "iq")
-    rng = np.random.default_rng(seed)
-    cyc, src = np.nonzero(rng.random((200, 16)) < rate / flits)
-    dst = np.where(rng.random(src.shape[0]) < 0.5, 5, rng.integers(0, 16, size=src.shape[0]))
-    count = src.shape[0]
-    state = eng.make_state(mesh.net, count, 8 * eng.num_edges(mesh.net) + 1024, 8, pileup=True,
-                           credit_lines=lines)
-    deliver = np.full(count, np.nan)
-    seg = mesh.pair_seg[src, dst].astype(np.int32)
-    size = np.full(count, flits * 256, np.int64)
-    status = eng.noc_loop(mesh.net, state, cyc.astype(np.float64), seg, size, deliver,
-                          np.array([0, count], np.int64), 0, count, np.inf)
-    assert status == 0
-    assert not np.isnan(deliver).any()
-    np.testing.assert_array_equal(unreturned_credit(mesh.net, state), 0.0)
 
 
 def test_flits_replay_the_same_whatever_a_packets_credit(spec) -> None:  # type: ignore[no-untyped-def]

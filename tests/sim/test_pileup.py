@@ -59,14 +59,18 @@ def test_the_rule_holds_waiting_worms_back_at_a_hot_spot(monkeypatch: pytest.Mon
 
 
 @settings(max_examples=8, deadline=None)
-@given(flits=st.integers(2, 16), seed=st.integers(0, 1000), rate=st.floats(0.1, 0.6))
-def test_every_byte_of_credit_comes_back(flits: int, seed: int, rate: float) -> None:
+@given(flits=st.integers(2, 16), seed=st.integers(0, 1000), rate=st.floats(0.1, 0.6),
+       lines=st.integers(1, 8))
+def test_every_byte_of_credit_comes_back(flits: int, seed: int, rate: float, lines: int) -> None:
+    # lines: the flits of credit a packet takes on entry (SimOptions.packet_credit_lines), which
+    # the pile-up then grows
     mesh = noc.build_mesh(4, 4, "iq")
     rng = np.random.default_rng(seed)
     cyc, src = np.nonzero(rng.random((200, 16)) < rate / flits)
     dst = np.where(rng.random(src.shape[0]) < 0.5, 5, rng.integers(0, 16, size=src.shape[0]))
     count = src.shape[0]
-    state = eng.make_state(mesh.net, count, 8 * eng.num_edges(mesh.net) + 1024, 8, pileup=True)
+    state = eng.make_state(mesh.net, count, 8 * eng.num_edges(mesh.net) + 1024, 8, pileup=True,
+                           credit_lines=lines)
     deliver = np.full(count, np.nan)
     seg = mesh.pair_seg[src, dst].astype(np.int32)
     size = np.full(count, flits * 256, np.int64)
