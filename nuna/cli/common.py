@@ -105,7 +105,7 @@ LINE_SETUPS_HELP = ("Router head set-ups behind a packet of several lines: overl
 PACKET_CREDIT_HELP = ("Flits of buffer credit a packet of several takes on entering a buffer, more "
                       "only while its head waits: 2 (the default) the two lines of a stream that sit "
                       "in a buffer while they pass; 1 as nuna <= 0.15.0. docs/simulator.md section 5. "
-                      "Flits: no change.")
+                      "Simple's flits: no change (an LL or LL128 line is two flits on the wire).")
 
 
 PROTOCOL_MODEL_HELP = ("How an LL or LL128 plan's protocol is replayed: plan (its bytes on the wire, LL "

@@ -60,9 +60,8 @@ def point_sim_options(point: dict[str, Any]) -> dict[str, Any]:
     ``fast_forward`` with its default parameters, ``line_setups``, ``packet_credit_lines``,
     ``reduce_fusion`` when ``False``, ``executor_slices`` when ``True``, ``protocol_model`` when
     not ``"plan"``, ``flow_control`` when ``False``); the simulator's defaults for the rest."""
-    options = {key: point[key] for key in ("windowed", "max_packet_bytes", "line_setups",
-                                                   "packet_credit_lines")
-               if point.get(key) is not None}
+    keys = ("windowed", "max_packet_bytes", "line_setups", "packet_credit_lines")
+    options = {key: point[key] for key in keys if point.get(key) is not None}
     if point.get("fast_forward"):
         options["fast_forward"] = _require("nuna.sim.fastforward", "FastForward")()
     if point.get("reduce_fusion") is False:

@@ -113,7 +113,8 @@ class SimOptions:
     # flits of credit a packet of several takes on entering a buffer, at most its size
     # (engine._need; docs/simulator.md §5, "Two lines of credit per packet"): 2, the default
     # since 0.16.0, the two lines of a stream in a buffer while they pass; 1 (nuna <= 0.15.0)
-    # hides back-pressure where load responses converge on a stack. Flits replay the same
+    # hides back-pressure where load responses converge on a stack. Simple's flits replay the
+    # same; an LL or LL128 line, a wire packet of two flits (nuna.plan.wire), takes both
     packet_credit_lines: int = DEFAULT_PACKET_CREDIT_LINES
     # replay chains of re steps as the executors run them, one fused pass each (nuna.plan.fusion;
     # docs/simulator.md §3); False: each re on its own (nuna <= 0.9.0), to measure what fusion buys

@@ -15,11 +15,12 @@ from hypothesis import strategies as st
 from nuna.errors import UsageError
 from nuna.passes import PassContext, apply_config
 from nuna.plan.generate import generate
-from nuna.plan.xml import save
+from nuna.plan.xml import load, save
 from nuna.sim import engine as eng
 from nuna.sim import noc, simulate
 from nuna.sim.replay import DEFAULT_PACKET_CREDIT_LINES, SimOptions
 from nuna.topology.spec import load_topology
+from tests.conftest import PLANS_MSCCL
 
 
 @pytest.fixture(scope="module")
@@ -52,11 +53,21 @@ def test_the_state_carries_the_credit_of_its_flit(spec) -> None:  # type: ignore
         eng.make_state(mesh.net, 8, 1024, 4, credit_lines=0)
 
 
-def test_flits_replay_the_same_whatever_a_packets_credit(spec) -> None:  # type: ignore[no-untyped-def]
+def test_simple_flits_replay_the_same_whatever_a_packets_credit(spec) -> None:  # type: ignore[no-untyped-def]
     plan = apply_config(generate("allgather", 4, tbs_per_peer=2), "NUMA+NAR", PassContext(spec, 1 << 20))
     results = [_fields(simulate(plan, spec, 1 << 20, packet_bytes=256,
                                 options=SimOptions(packet_credit_lines=lines))) for lines in (1, 2, 7)]
     assert results[0] == results[1] == results[2]
+
+
+@pytest.mark.skipif(not (PLANS_MSCCL / "allgather_allpairs_n8_i1_LL.xml").is_file(), reason="no MSCCL corpus")
+def test_an_ll_line_is_a_packet_of_two_flits_that_takes_both(spec) -> None:  # type: ignore[no-untyped-def]
+    # LL puts a flag beside every 8 bytes: a 256-byte line is 512 bytes on the wire (nuna.plan.wire)
+    plan = load(PLANS_MSCCL / "allgather_allpairs_n8_i1_LL.xml")
+    one, two, three = (simulate(plan, spec, 1 << 20, packet_bytes=256,
+                                options=SimOptions(packet_credit_lines=lines)).time_ns for lines in (1, 2, 3))
+    assert one != two
+    assert two == three  # a two-flit packet takes at most its size
 
 
 def test_more_credit_holds_packets_back_where_they_converge(spec) -> None:  # type: ignore[no-untyped-def]
