@@ -18,6 +18,7 @@ from nuna.cli.common import (
     report_dry_run,
 )
 from nuna.experiments.figures import FIGURES, FigureOptions, figure_spec, figure_sweep_folders, run_figure
+from nuna.experiments.spec import MAX_CREDIT_LINES
 from nuna.experiments.sweep import sweep_estimate
 from nuna.topology.spec import is_topology_path, load_topology
 from nuna.units import format_size
@@ -64,7 +65,7 @@ def figure(
     line_setups: LineSetups | None = typer.Option(None, "--line-setups", help=LINE_SETUPS_HELP
                                                   + " Other than the default: into a sweep of its own "
                                                   "(fig9-setups-series).", show_default=False),
-    packet_credit_lines: int | None = typer.Option(None, "--packet-credit-lines", min=1, max=1 << 20,
+    packet_credit_lines: int | None = typer.Option(None, "--packet-credit-lines", min=1, max=MAX_CREDIT_LINES,
                                                    help=PACKET_CREDIT_HELP + " Other than the default: "
                                                    "into a sweep of its own (fig9-credit1).",
                                                    show_default=False),

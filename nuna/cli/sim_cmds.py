@@ -33,6 +33,7 @@ from nuna.cli.common import (
     write_json,
 )
 from nuna.errors import NunaError, UsageError
+from nuna.experiments.spec import MAX_CREDIT_LINES
 from nuna.text import one_line
 from nuna.units import format_size
 
@@ -191,7 +192,7 @@ def simulate(
                                       "not with --trace)."),
     line_setups: LineSetups | None = typer.Option(None, "--line-setups", help=LINE_SETUPS_HELP,
                                                   show_default=False),
-    packet_credit_lines: int | None = typer.Option(None, "--packet-credit-lines", min=1, max=1 << 20,
+    packet_credit_lines: int | None = typer.Option(None, "--packet-credit-lines", min=1, max=MAX_CREDIT_LINES,
                                                    help=PACKET_CREDIT_HELP, show_default=False),
     threads: int | None = typer.Option(None, "--threads", min=1, help="Threads a windowed replay runs its "
                                        "GPUs on (the result does not depend on it). Default: every core.",

@@ -59,9 +59,9 @@ def coarse_packet_note(packet_bytes: int) -> str | None:
     if packet_bytes <= COARSE_PACKET_BYTES:
         return None
     return (f"packets of {format_size(packet_bytes)} are coarse (over {format_size(COARSE_PACKET_BYTES)}): "
-            "where many CUs send they err by -10 % to +60 % against 256-byte flits, differently per "
-            f"configuration (docs/simulator.md §5); packets of {format_size(COARSE_PACKET_BYTES)} "
-            "(flits) are the reference, and slower")
+            "where many CUs send they err against 256-byte flits by tens of percent (-10 % to +60 % in "
+            "the cases measured on nuna 0.16.0), differently per configuration (docs/simulator.md §5); "
+            f"packets of {format_size(COARSE_PACKET_BYTES)} (flits) are the reference, and slower")
 
 
 def bus_factor(collective: Collective, ngpus: int) -> float:
