@@ -66,22 +66,28 @@ def _point_label(p: Mapping[str, Any]) -> str:
 
 def time_breakdown(records: Sequence[Mapping[str, Any]], top: int = 5) -> dict[str, Any]:
     """Where a sweep's time went, from its result records (:func:`nuna.experiments.store.
-    load_results`): the points' wall time (the runner's ``timing.point_wall_s``) in all and the part in
-    ``simulate`` (``timing.wall_s``), the point time summed per value of each axis of
+    load_results`): the points' wall time (the runner's ``timing.point_wall_s``) in all, the part in
+    ``simulate`` (``timing.wall_s``) and of that the part in the compiled event loop
+    (``timing.loop_s``; ``None`` when a point has none: results written before 2026-12-07), the point
+    time summed per value of each axis of
     :data:`AXES` (in the axis's natural order: :func:`nuna.experiments.cost.split_by_axes`, as
     ``nuna sweep --dry-run`` splits its estimate), and the ``top`` costliest points."""
     rows = [(r["point"], float(r[TIMING_KEY][POINT_WALL_KEY])) for r in records]
     sim = sum(float(r[TIMING_KEY].get("wall_s", 0.0)) for r in records)
+    loops = [r[TIMING_KEY].get("loop_s") for r in records]
+    loop = sum(float(t) for t in loops) if all(t is not None for t in loops) else None
     points = sorted(((t, _point_label(p)) for p, t in rows), key=lambda tl: (-tl[0], tl[1]))
     by = {axis_name(axis): list(cells) for axis, cells in split_by_axes(rows, AXES, varying_only=False)}
-    return {"points": len(records), "point_s": sum(t for _, t in rows), "simulate_s": sim, "by": by,
-            "costliest": points[:top]}
+    return {"points": len(records), "point_s": sum(t for _, t in rows), "simulate_s": sim, "loop_s": loop,
+            "by": by, "costliest": points[:top]}
 
 
 def print_breakdown(b: Mapping[str, Any]) -> None:
     total = b["point_s"]
+    loop = "" if b.get("loop_s") is None else \
+        f"; in the event loop {b['loop_s']:.0f} s, {100 * b['loop_s'] / max(total, 1e-9):.0f} %"
     print(f"{b['points']} points, point time {total:.0f} s (simulate {b['simulate_s']:.0f} s, "
-          f"{100 * b['simulate_s'] / max(total, 1e-9):.0f} %)")
+          f"{100 * b['simulate_s'] / max(total, 1e-9):.0f} %{loop})")
     for name, rows in b["by"].items():
         cells = ", ".join(f"{label} {t:.0f} s ({100 * t / max(total, 1e-9):.0f} %)" for label, t in rows)
         print(f"  by {name}: {cells}")

@@ -20,6 +20,19 @@ def _record(collective: str, gpus: int, size: int, config: str, point_s: float,
             "timing": {"point_wall_s": point_s, "wall_s": sim_s}}
 
 
+def test_breakdown_sums_the_event_loop_only_when_every_point_timed_it(capsys: Any) -> None:
+    bench = benchmark_module("bench_fig9")
+    records = [_record("allreduce", 64, 1 << 30, "UA", 100.0, 90.0),
+               _record("allgather", 8, 100 * 1024, "NAP+NAR", 1.0, 0.5)]
+    records[0]["timing"]["loop_s"] = 80.0
+    assert bench.time_breakdown(records)["loop_s"] is None  # one point without: no sum
+    records[1]["timing"]["loop_s"] = 0.25
+    b = bench.time_breakdown(records)
+    assert b["loop_s"] == 80.25
+    bench.print_breakdown(b)
+    assert "in the event loop 80 s, 79 %" in capsys.readouterr().out
+
+
 def test_breakdown_sums_each_axis_in_its_natural_order() -> None:
     bench = benchmark_module("bench_fig9")
     records = [_record("allreduce", 64, 1 << 30, "UA", 100.0, 90.0),

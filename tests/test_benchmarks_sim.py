@@ -68,4 +68,8 @@ def test_a_case_reports_its_system_time_apart() -> None:
     cells = bench._row(r, 2.0).split()
     assert cells[0] == "tiny"
     assert float(cells[3]) == pytest.approx(r["system_s"], abs=0.005)  # wall, cpu, then sys
+    # the event loop is part of the replay: at least as many events per its second as per the replay's
+    assert 0.0 < r["loop_s"] <= r["wall_s"]
+    assert r["events_per_loop_s"] >= r["events_per_wall_s"]
+    assert float(cells[8]) == pytest.approx(r["events_per_loop_s"] / 1e6, abs=0.005)  # after Mev/ws
     assert cells[-1] == "met"

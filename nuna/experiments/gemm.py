@@ -179,8 +179,8 @@ def gemm_point(point: dict[str, Any]) -> dict[str, Any]:
     """Sweep point function for Fig 14 (``nuna.experiments.gemm:gemm_point``): like
     :func:`nuna.experiments.points.simulate_point`, plus a GEMM of ``point["gemm_bytes"]``
     (none when 0). Adds ``collective_time_ns`` (the collective alone finishing) and ``gemm``
-    (how the GEMM was built) to the simulator's JSON; ``wall_s`` goes under ``timing``."""
-    from nuna.experiments.points import check_files, point_sim_options
+    (how the GEMM was built) to the simulator's JSON; its wall-clock figures go under ``timing``."""
+    from nuna.experiments.points import check_files, point_payload, point_sim_options
     from nuna.passes import PassContext, apply_config
     from nuna.plan.generate import generate
     from nuna.sim import SimOptions, simulate
@@ -203,8 +203,7 @@ def gemm_point(point: dict[str, Any]) -> dict[str, Any]:
         plan, info = add_gemm(plan, topology, size_bytes, gemm_bytes)
     result = simulate(plan, topology, size_bytes, packet_bytes=point["packet_bytes"], seed=seed,
                       options=options)
-    payload: dict[str, Any] = dict(result.to_json(chip_links=False))  # as sweep points
-    payload["timing"] = {"wall_s": payload.pop("wall_s")}
+    payload = point_payload(result)
     payload["nar_granularity_used"] = plan.placement.nar_granularity
     payload["collective_time_ns"] = (collective_time_ns(plan, result, info) if info is not None
                                      else result.time_ns)

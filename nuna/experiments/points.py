@@ -134,11 +134,22 @@ def simulate_point(point: dict[str, Any]) -> dict[str, Any]:
         options["gemm_bytes"] = gemm_bytes
     result = simulate(plan, topology, size_bytes, **options)
 
-    # the per-link table (~0.5 MB on nuna-4die) would dominate a sweep's disk use; a point that
-    # needs an overlay is one `nuna simulate --json` away
+    payload = point_payload(result)
+    payload["nar_granularity_used"] = plan.placement.nar_granularity
+    return payload
+
+
+def point_payload(result: Any) -> dict[str, Any]:
+    """A replay's JSON as a sweep point stores it: without the per-link table (about 0.5 MB on
+    nuna-4die, which would dominate a sweep's disk use; a point that needs an overlay is one
+    ``nuna simulate --json`` away), its wall-clock figures under ``timing`` (``wall_s``, and
+    ``loop_s`` from the result's attribute: the part of it in the event loop), so that the rest
+    is the same for the same inputs."""
     payload: dict[str, Any] = dict(result.to_json(chip_links=False))
     timing = {key: payload.pop(key) for key in _WALL_CLOCK_KEYS if key in payload}
+    loop_s = getattr(result, "loop_s", None)  # a simulator without it (tests' stand-ins) has none
+    if isinstance(loop_s, float):
+        timing["loop_s"] = loop_s
     if timing:
         payload[TIMING_KEY] = timing
-    payload["nar_granularity_used"] = plan.placement.nar_granularity
     return payload

@@ -801,8 +801,10 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *,
         pools.d_rc, pools.d_ready, pools.d_js_free, pools.d_pk_free, pools.d_hist, pools.d_stat_f,
         pools.d_defer,
     )
+    loop_started = time.perf_counter()
     with _threads(opts.threads if domains > 1 else None):
         st, skips = fastforward.run(net.net, st, R, n_job_ptr, opts.fast_forward)
+    loop_s = time.perf_counter() - loop_started
     if st.ctr[eng.C_FOREIGN] or R.rc[eng.R_LATE]:
         raise SimulationError(f"internal error: windowed scheduling was not exact "
                               f"({int(st.ctr[eng.C_FOREIGN])} grants outside their GPU's window, "
@@ -818,6 +820,7 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *,
     res = _result(plan, spec, size_bytes, psize, seed, flat, dag, net, st, R, layout, tb_cu, (lower, floor),
                   lb_sent, njobs, started, trace, size_fit(plan, size_bytes, opts.element_bytes), window_ns,
                   None if opts.fast_forward is None else skips, pre.slicing, pre.sliced)
+    res = dataclasses.replace(res, loop_s=loop_s)
     waiting = int(np.count_nonzero(pre.credit_source >= 0))
     if waiting:
         res = dataclasses.replace(res, flow_control={

@@ -231,6 +231,10 @@ class SimResult:
     flow_control: dict[str, Any] | None = None
     slice_t_start: F64 | None = field(default=None, repr=False)
     slice_t_end: F64 | None = field(default=None, repr=False)
+    # of wall_s, the seconds in the compiled event loop (the rest: building the jobs and the
+    # engine's state before it, this record after it). A measurement like wall_s, so not in
+    # to_json, whose one varying key stays wall_s; a sweep point keeps it under "timing"
+    loop_s: float = 0.0
 
     @property
     def skipped_ns(self) -> float:

@@ -166,6 +166,8 @@ def test_windowed_and_packet_cap_reach_the_simulator(function: str) -> None:
         resolve_point_function(function)(point)
     result = resolve_point_function(function)(point | {"max_packet_bytes": 4096})
     assert result["window_ns"] == 0.0
+    assert 0.0 < result["timing"]["loop_s"] <= result["timing"]["wall_s"]  # wall clock: under timing
+    assert not {"loop_s", "wall_s"} & result.keys()
     assert result["packet_bytes"] == 256
     fast = point | {"max_packet_bytes": 4096, "fast_forward": True}
     assert "fast_forward" in point_sim_options(fast)

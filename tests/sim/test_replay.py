@@ -276,6 +276,12 @@ def test_same_inputs_same_json(spec) -> None:  # type: ignore[no-untyped-def]
     assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
+def test_the_event_loops_seconds_are_part_of_the_wall_time_and_kept_out_of_the_json(spec) -> None:  # type: ignore[no-untyped-def]
+    res = simulate(generate("allgather", 4, tbs_per_peer=2), spec, 200_000)
+    assert 0.0 < res.loop_s <= res.wall_s
+    assert "loop_s" not in res.to_json()  # a measurement: the JSON's one varying key stays wall_s
+
+
 def test_nar_keeps_stores_on_the_destination_stack_domain(spec) -> None:  # type: ignore[no-untyped-def]
     # every destination page on stack 5; NAR with one port per domain: one port carries all
     plan = generate("allgather", 2, tbs_per_peer=2)
