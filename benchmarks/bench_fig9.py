@@ -68,7 +68,7 @@ def time_breakdown(records: Sequence[Mapping[str, Any]], top: int = 5) -> dict[s
     """Where a sweep's time went, from its result records (:func:`nuna.experiments.store.
     load_results`): the points' wall time (the runner's ``timing.point_wall_s``) in all, the part in
     ``simulate`` (``timing.wall_s``) and of that the part in the compiled event loop
-    (``timing.loop_s``; ``None`` when a point has none: results written before 2026-12-07), the point
+    (``timing.loop_s``; ``None`` when a point has none: results of a nuna without it), the point
     time summed per value of each axis of
     :data:`AXES` (in the axis's natural order: :func:`nuna.experiments.cost.split_by_axes`, as
     ``nuna sweep --dry-run`` splits its estimate), and the ``top`` costliest points."""
