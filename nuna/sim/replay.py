@@ -818,9 +818,8 @@ def simulate(plan: Plan, topology_spec: TopologySpec, size_bytes: int, *,
     for times in (R.n_t_ready, R.n_t_start, R.n_t_end):
         fastforward.shift_times(times, skips)
     res = _result(plan, spec, size_bytes, psize, seed, flat, dag, net, st, R, layout, tb_cu, (lower, floor),
-                  lb_sent, njobs, started, trace, size_fit(plan, size_bytes, opts.element_bytes), window_ns,
-                  None if opts.fast_forward is None else skips, pre.slicing, pre.sliced)
-    res = dataclasses.replace(res, loop_s=loop_s)
+                  lb_sent, njobs, (started, loop_s), trace, size_fit(plan, size_bytes, opts.element_bytes),
+                  window_ns, None if opts.fast_forward is None else skips, pre.slicing, pre.sliced)
     waiting = int(np.count_nonzero(pre.credit_source >= 0))
     if waiting:
         res = dataclasses.replace(res, flow_control={
@@ -1062,9 +1061,11 @@ def _port_waits(net: PodNet, e_wait: npt.NDArray[np.float64], e_grants: I64) -> 
 def _result(plan: Plan, spec: TopologySpec, size_bytes: int, psize: int, seed: int, flat: FlatPlan,
             dag: ReplayDag, net: PodNet, st: Any, R: Any, layout: MemoryLayout, tb_cu: I64,
             bounds: tuple[float, float],
-            sent: I64, njobs: int, started: float, trace: bool, fit: SizeFit, window_ns: float,
+            sent: I64, njobs: int, clock: tuple[float, float], trace: bool, fit: SizeFit, window_ns: float,
             skips: tuple[Skip, ...] | None = None, slicing: Slicing | None = None,
             sliced: SlicedNodes | None = None) -> SimResult:
+    """The replay's record. ``bounds``: (lower bound, placement floor) in ns; ``clock``: (the
+    ``perf_counter`` at which ``simulate`` started, the seconds it spent in the event loop)."""
     chip = spec.chip
     ngpus = plan.ngpus
     nn = flat.num_nodes
@@ -1174,7 +1175,7 @@ def _result(plan: Plan, spec: TopologySpec, size_bytes: int, psize: int, seed: i
         noc_hops=hops, queueing=queueing, remote_store_zero_load_ns=store_parts,
         die_crossing_bytes=int(e_bytes[:, die].sum()), remote_bytes=int(R.stat_f[eng.S_REMOTE_BYTES]),
         landed_bytes=R.landed.copy(), sent_bytes=sent, steps=int(times[0].shape[0]), jobs=njobs,
-        events=int(st.ctr[eng.C_EVENTS]), wall_s=time.perf_counter() - started,
+        events=int(st.ctr[eng.C_EVENTS]), wall_s=time.perf_counter() - clock[0], loop_s=clock[1],
         node_t_ready=times[0], node_t_start=times[1], node_t_end=times[2],
         trace_time_ns=R.tr_time[:ntr].copy(),
         trace_port_bytes=np.ascontiguousarray(tr_bytes).astype(np.int64),
