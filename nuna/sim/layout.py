@@ -95,9 +95,10 @@ def threadblock_cus(plan: Plan, spec: TopologySpec, flat: FlatPlan) -> I64:
     ``SimulationError`` for a CU the chip does not have."""
     placed = placed_cus(plan, spec)
     cus = np.empty(flat.tb_gpu.shape[0], dtype=np.int64)
+    ncu = spec.chip.cus  # a property that multiplies four others: read once, not per threadblock
     for t, (g, tb) in enumerate(zip(flat.tb_gpu.tolist(), flat.tb_id.tolist(), strict=True)):
         cu = placed[(g, tb)]
-        if not 0 <= cu < spec.chip.cus:
+        if not 0 <= cu < ncu:
             raise SimulationError(f"gpu {g} tb {tb}: placement names CU {cu}, but topology {spec.name}'s "
                                   f"chip has CUs 0-{spec.chip.cus - 1}")
         cus[t] = cu

@@ -339,6 +339,66 @@ def test_operand_outside_its_buffer_is_rejected(spec) -> None:  # type: ignore[n
         simulate(dataclasses.replace(plan, gpus=(plan.gpus[0], gpu1)), spec, 512)
 
 
+def _operand_problem(plan: Plan) -> str | None:
+    """The definition: the first step, reads before writes, whose operand leaves its buffer."""
+    from nuna.plan.dag import flatten
+    flat = flatten(plan)
+    chunks = {g.id: (g.input_chunks, g.output_chunks, g.scratch_chunks) for g in plan.gpus}
+    reads = {"s", "rrc", "rrs", "rrcs", "cpy", "re"}
+    writes = {"r", "rcs", "rrc", "rrcs", "cpy", "re"}
+    codes = {"i": 0, "o": 1, "s": 2}
+    for which, names, side in (("reads", reads, "src"), ("writes", writes, "dst")):
+        for n in range(flat.num_nodes):
+            g, t, k = flat.step_pos(n)
+            gpu = plan.gpus[g]
+            step = gpu.threadblocks[t].steps[k]
+            if step.type.value not in names or step.count <= 0:
+                continue
+            buf, off = getattr(step, f"{side}_buffer"), getattr(step, f"{side}_offset")
+            if buf is None or off is None or off < 0 or off + step.count > chunks[gpu.id][codes[buf.value]]:
+                return f"{flat.step_name(n)} {which}"
+    return None
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_operand_checks_report_the_first_step_outside_its_buffer(spec, data) -> None:  # type: ignore[no-untyped-def]
+    """``_check_operands`` (vectorised) against its definition written out step by step, on plans
+    whose buffers are shrunk or whose offsets are moved, 64-bit extremes included (an
+    ``off + cnt`` that would wrap in int64 must still be refused)."""
+    from nuna.plan.dag import flatten
+    from nuna.sim.replay import _check_operands
+    plan = generate(data.draw(st.sampled_from(["allgather", "alltoall", "allreduce"])), 3)
+    gpus = list(plan.gpus)
+    for _ in range(data.draw(st.integers(0, 3))):
+        g = data.draw(st.integers(0, len(gpus) - 1))
+        field = data.draw(st.sampled_from(["input_chunks", "output_chunks", "scratch_chunks"]))
+        gpus[g] = dataclasses.replace(gpus[g], **{field: data.draw(st.integers(0, getattr(gpus[g], field)))})
+    if data.draw(st.booleans()):
+        g = data.draw(st.integers(0, len(gpus) - 1))
+        tbs = list(gpus[g].threadblocks)
+        t = data.draw(st.integers(0, len(tbs) - 1))
+        steps = list(tbs[t].steps)
+        k = data.draw(st.integers(0, len(steps) - 1))
+        side = data.draw(st.sampled_from(["src_offset", "dst_offset"]))
+        if getattr(steps[k], side) is not None:
+            off = data.draw(st.sampled_from([-1, 0, 1, 5, 2**62, 2**63 - 1]))
+            steps[k] = dataclasses.replace(steps[k], **{side: off})
+            if off >= 2**62:
+                steps[k] = dataclasses.replace(steps[k], count=2**62)
+            tbs[t] = dataclasses.replace(tbs[t], steps=tuple(steps))
+            gpus[g] = dataclasses.replace(gpus[g], threadblocks=tuple(tbs))
+    plan = dataclasses.replace(plan, gpus=tuple(gpus))
+    flat = flatten(plan)
+    expected = _operand_problem(plan)
+    if expected is None:
+        _check_operands(flat, plan, flat.tb_gpu[flat.node_tb].astype(np.int64))
+    else:
+        with pytest.raises(SimulationError) as info:
+            _check_operands(flat, plan, flat.tb_gpu[flat.node_tb].astype(np.int64))
+        assert str(info.value).startswith(expected + " ")
+
+
 @pytest.mark.parametrize("packet", [0, 100, 300, True])
 def test_bad_packet_size(spec, packet: object) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(UsageError, match="packet size"):
