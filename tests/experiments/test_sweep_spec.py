@@ -597,21 +597,32 @@ def test_a_model_switch_is_a_fixed_setting_of_its_own(key: str, named_as: Callab
         parse_sweep_spec(_with("fixed", key, 1))
 
 
-def test_line_setups_is_a_fixed_setting_of_its_own() -> None:
+def _check_fixed_setting(key: str, values: tuple[object, ...], named_spec: Any, suffix: str,
+                         label: str) -> SweepSpec:
+    """A ``[fixed]`` setting that is off by default: absent from the points (older ids kept) and
+    the spec's JSON until set; set, in every point, the JSON and the ids (new ones), and the
+    named spec of the figure commands carries it in its name and labels. ``suffix`` and
+    ``label`` are formats of the value. Returns the plain spec."""
     plain = parse_sweep_spec(BASE)
-    assert plain.line_setups is None
-    assert all("line_setups" not in p.as_dict() for p in expand(plain))  # ids of older points kept
-    assert "line_setups" not in plain.to_json()["fixed"]
+    assert getattr(plain, key) is None
+    assert all(key not in p.as_dict() for p in expand(plain))
+    assert key not in plain.to_json()["fixed"]
     ids = {point_id(p.as_dict(), plain.point_function) for p in expand(plain)}
-    for rule in ("one", "series", "overlap"):
-        spec = parse_sweep_spec(_with("fixed", "line_setups", rule))
-        assert all(p.as_dict()["line_setups"] == rule for p in expand(spec))
-        assert spec.to_json()["fixed"]["line_setups"] == rule
+    for value in values:
+        spec = parse_sweep_spec(_with("fixed", key, value))
+        assert all(p.as_dict()[key] == value for p in expand(spec))
+        assert spec.to_json()["fixed"][key] == value
         assert ids.isdisjoint(point_id(p.as_dict(), spec.point_function) for p in expand(spec))
-        named = line_setups_spec(restrict_grid(plain, {"gpus": ["4"]}), rule)
-        assert named.name.endswith(f"-setups-{rule}")
-        assert all(p.line_setups == rule for p in expand(named))
-        assert f"setups-{rule}" in expand(named)[0].label()
+        named = named_spec(restrict_grid(plain, {"gpus": ["4"]}), value)
+        assert named.name.endswith(suffix.format(value))
+        assert all(getattr(p, key) == value for p in expand(named))
+        assert label.format(value) in expand(named)[0].label()
+    return plain
+
+
+def test_line_setups_is_a_fixed_setting_of_its_own() -> None:
+    plain = _check_fixed_setting("line_setups", ("one", "series", "overlap"), line_setups_spec,
+                                 "-setups-{}", "setups-{}")
     with pytest.raises(InputError, match=r"\[fixed\] line_setups.*one of"):
         parse_sweep_spec(_with("fixed", "line_setups", "twice"))
     with pytest.raises(UsageError, match="twice"):
@@ -621,20 +632,7 @@ def test_line_setups_is_a_fixed_setting_of_its_own() -> None:
 
 
 def test_packet_credit_lines_is_a_fixed_setting_of_its_own() -> None:
-    plain = parse_sweep_spec(BASE)
-    assert plain.packet_credit_lines is None
-    assert all("packet_credit_lines" not in p.as_dict() for p in expand(plain))  # older ids kept
-    assert "packet_credit_lines" not in plain.to_json()["fixed"]
-    ids = {point_id(p.as_dict(), plain.point_function) for p in expand(plain)}
-    for lines in (1, 3):
-        spec = parse_sweep_spec(_with("fixed", "packet_credit_lines", lines))
-        assert all(p.as_dict()["packet_credit_lines"] == lines for p in expand(spec))
-        assert spec.to_json()["fixed"]["packet_credit_lines"] == lines
-        assert ids.isdisjoint(point_id(p.as_dict(), spec.point_function) for p in expand(spec))
-        named = packet_credit_spec(restrict_grid(plain, {"gpus": ["4"]}), lines)
-        assert named.name.endswith(f"-credit{lines}")
-        assert all(p.packet_credit_lines == lines for p in expand(named))
-        assert f"credit-{lines}" in expand(named)[0].label()
+    plain = _check_fixed_setting("packet_credit_lines", (1, 3), packet_credit_spec, "-credit{}", "credit-{}")
     for bad in (0, 1.5, "2", True, 1 << 21):
         with pytest.raises(InputError, match=r"\[fixed\] packet_credit_lines"):
             parse_sweep_spec(_with("fixed", "packet_credit_lines", bad))
