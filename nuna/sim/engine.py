@@ -354,7 +354,10 @@ def make_state(net: Any, packets: int, heap: int, ring: int, domains: int = 1, b
     buffered = net.ei[:, EI_VBASE] >= 0
     nrows = int(net.ei[buffered, EI_NVC].sum()) if E else 0
     width = VF_RING + 2 * ring
-    vf = np.zeros((max(1, nrows), width + (-width) % 8))  # whole cache lines per row
+    # rows of whole cache lines; numpy starts a large array 16 bytes into a line (malloc's
+    # header), so each row spans a third line, as each 64-byte packet row below spans two:
+    # aligning both measured no gain (docs/simulator.md §6, "rows on line boundaries")
+    vf = np.zeros((max(1, nrows), width + (-width) % 8))
     vf[:, [VF_HEAD, VF_TAIL]] = -1.0
     # no -1 fill of the list links: every packet is set up by init_packet and enter, and every
     # link is written as the packet joins a list (reused rows come back with stale links too).
