@@ -552,33 +552,42 @@ def heap_top_time(st: Any) -> float:
 # order is exactly that of a single heap, so results are unchanged. Knowing the next arrivals of
 # each class also lets the loop prefetch the rows they will touch.
 
+def _prefetch_codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+    """The ``llvm.prefetch`` call of :func:`_prefetch_typer` and :func:`_prefetch_at_typer`."""
+    aryty = signature.args[0]
+    ary = context.make_array(aryty)(context, builder, args[0])
+    idx = [context.cast(builder, a, t, types.intp) for a, t in zip(args[1:], signature.args[1:], strict=True)]
+    inds = [*idx, context.get_constant(types.intp, 0)][:aryty.ndim]
+    ptr = cgutils.get_item_pointer2(context, builder, data=ary.data,
+                                    shape=cgutils.unpack_tuple(builder, ary.shape),
+                                    strides=cgutils.unpack_tuple(builder, ary.strides),
+                                    layout=aryty.layout, inds=inds, wraparound=False,
+                                    boundscheck=False)
+    i8p = ir.IntType(8).as_pointer()
+    i32 = ir.IntType(32)
+    fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+    fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+    builder.call(fn, [builder.bitcast(ptr, i8p), i32(0), i32(3), i32(1)])
+    return context.get_dummy_value()
+
+
 def _prefetch_typer(typingctx: Any, arr: Any, row: Any) -> Any:
     """``_prefetch(arr, row)``: hint the CPU to fetch the cache line of ``arr[row, 0]`` (of
     ``arr[row]`` for a 1-d array; no effect on results; a hint never faults)."""
     if not (isinstance(arr, types.Array) and arr.ndim in (1, 2) and isinstance(row, types.Integer)):
         return None
-    sig = types.void(arr, row)
-
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        aryty = signature.args[0]
-        ary = context.make_array(aryty)(context, builder, args[0])
-        r = context.cast(builder, args[1], signature.args[1], types.intp)
-        inds = [r, context.get_constant(types.intp, 0)][:aryty.ndim]
-        ptr = cgutils.get_item_pointer2(context, builder, data=ary.data,
-                                        shape=cgutils.unpack_tuple(builder, ary.shape),
-                                        strides=cgutils.unpack_tuple(builder, ary.strides),
-                                        layout=aryty.layout, inds=inds, wraparound=False,
-                                        boundscheck=False)
-        i8p = ir.IntType(8).as_pointer()
-        i32 = ir.IntType(32)
-        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
-        builder.call(fn, [builder.bitcast(ptr, i8p), i32(0), i32(3), i32(1)])
-        return context.get_dummy_value()
-
-    return sig, codegen
+    return types.void(arr, row), _prefetch_codegen
 
 
+def _prefetch_at_typer(typingctx: Any, arr: Any, row: Any, col: Any) -> Any:
+    """``_prefetch_at(arr, row, col)``: the cache line of ``arr[row, col]`` (a row's second line)."""
+    if not (isinstance(arr, types.Array) and arr.ndim == 2 and isinstance(row, types.Integer)
+            and isinstance(col, types.Integer)):
+        return None
+    return types.void(arr, row, col), _prefetch_codegen
+
+
+_prefetch_at: Any = intrinsic(_prefetch_at_typer)
 _prefetch: Any = intrinsic(_prefetch_typer)
 
 #: how many events ahead in a ring the loop prefetches packet rows, then (once those are in
@@ -705,6 +714,8 @@ def _prefetch_vcs(net: Any, st: Any, key: int) -> None:
         k = st.ei[cur_edge(net, st, p), EI_VBASE]
         if k >= 0:
             _prefetch(st.vf, k + st.pi[p, PI_VC])
+            # the row's second line: most credit returns into its ring read or write it
+            _prefetch_at(st.vf, k + st.pi[p, PI_VC], VF_RING + 3)
         leg, pos, _ = next_pos(net, st, p)
         if leg >= 0:
             e2 = edge_of(net, st, p, leg, pos)

@@ -235,12 +235,16 @@ def _prefetch_each(rows, flat):  # type: ignore[no-untyped-def]
         eng._prefetch(rows, i)
     for i in range(flat.shape[0]):
         eng._prefetch(flat, i)
+    for i in range(rows.shape[0]):
+        for j in range(rows.shape[1]):
+            eng._prefetch_at(rows, i, j)
     return rows.sum() + flat.sum()
 
 
 def test_prefetch_hints_rows_and_entries_without_touching_them() -> None:
-    # the loop prefetches rows of 2-d state arrays and entries of the 1-d path table
-    # (engine._prefetch_path); a hint compiles for both and changes nothing
+    # the loop prefetches rows of 2-d state arrays (also a row's later line, engine._prefetch_at)
+    # and entries of the 1-d path table (engine._prefetch_path); a hint compiles for each and
+    # changes nothing
     rows = np.arange(24.0).reshape(6, 4)
     flat = np.arange(7, dtype=np.int32)
     before = rows.copy(), flat.copy()
