@@ -100,7 +100,7 @@ def threadblock_cus(plan: Plan, spec: TopologySpec, flat: FlatPlan) -> I64:
         cu = placed[(g, tb)]
         if not 0 <= cu < ncu:
             raise SimulationError(f"gpu {g} tb {tb}: placement names CU {cu}, but topology {spec.name}'s "
-                                  f"chip has CUs 0-{spec.chip.cus - 1}")
+                                  f"chip has CUs 0-{ncu - 1}")
         cus[t] = cu
     return cus
 

@@ -163,11 +163,11 @@ def _pod_net(spec: TopologySpec, ngpus: int, router: RouterParams | None, elemen
 def _check_operands(flat: FlatPlan, plan: Plan, n_gpu: I64) -> None:
     """Every operand a step reads or writes must lie inside its buffer (executors do not check
     ``off + cnt``; the simulator must, or it would read another buffer's pages). The first step
-    out of bounds, reads before writes, is reported."""
-    ids = sorted(g.id for g in plan.gpus)
-    by_id = {g.id: (g.input_chunks, g.output_chunks, g.scratch_chunks) for g in plan.gpus}
-    limits = np.array([by_id[i] for i in ids], dtype=np.int64).reshape(len(ids), 3)
-    gpos = np.searchsorted(np.array(ids, dtype=np.int64), n_gpu)
+    out of bounds, reads before writes, is reported. The plan's GPU ids are 0..n-1 (``_prepare``
+    checks it first), so a GPU's id is its row of buffer sizes."""
+    limits = np.zeros((len(plan.gpus), 3), dtype=np.int64)
+    for g in plan.gpus:
+        limits[g.id] = (g.input_chunks, g.output_chunks, g.scratch_chunks)
     uses_src = [eng.T_SEND, eng.T_RRC, eng.T_RRS, eng.T_RRCS, eng.T_CPY, eng.T_RE]
     uses_dst = [eng.T_RECV, eng.T_RCS, eng.T_RRC, eng.T_RRCS, eng.T_CPY, eng.T_RE]
     code = flat.code
@@ -175,13 +175,13 @@ def _check_operands(flat: FlatPlan, plan: Plan, n_gpu: I64) -> None:
                                            ("writes", flat.dst_buf, flat.dst_off, uses_dst)):
         sel = np.flatnonzero(np.isin(code, types) & (flat.count > 0))
         b, off, cnt = buf_arr[sel], off_arr[sel], flat.count[sel]
-        limit = np.where(b >= 0, limits[gpos[sel], np.clip(b, 0, 2)], 0)
+        limit = np.where(b >= 0, limits[n_gpu[sel], np.clip(b, 0, 2)], 0)
         # off > limit - cnt, not off + cnt > limit: a plan's 64-bit offset may not overflow here
         bad = (b < 0) | (off == NONE) | (off < 0) | (off > limit - cnt)
         if bad.any():
             n = int(sel[int(np.argmax(bad))])
             bn, offn, cntn = int(buf_arr[n]), int(off_arr[n]), int(flat.count[n])
-            size = by_id[int(n_gpu[n])][bn] if bn >= 0 else 0
+            size = int(limits[n_gpu[n], bn]) if bn >= 0 else 0
             where = f"{'ios'[bn]}[{offn}..{offn + cntn})" if bn >= 0 and offn != NONE else "no buffer"
             raise SimulationError(f"{flat.step_name(n)} {which} {where}, outside its buffer of "
                                   f"{size} chunks")
