@@ -29,7 +29,7 @@ from nuna.errors import UsageError
 from nuna.passes.access import TbAccess, decompose, remote_stores, workload
 from nuna.passes.base import Observer, PassContext, PlanPass, check_input, check_placed, run_pipeline
 from nuna.passes.logical import logical_allocation
-from nuna.passes.nap import NapPass, NapStarPass, annotate, physical_placement
+from nuna.passes.nap import NapPass, NapStarPass, annotate, nap_workload, physical_placement
 from nuna.passes.nar import GranularityEstimate, NarPass, check_granularity, estimate_granularity
 from nuna.passes.numa import NumaPass
 from nuna.passes.ua import UaPass
@@ -148,20 +148,22 @@ def _placer(plan: Plan, cfg: Config, ctx: PassContext,
     if cfg.placement in ("nap", "nap*"):
         groups = logical_allocation(decompose(plan) if accesses is None else accesses)
         chunk_bytes = chunk_bytes_for(plan, ctx.size_bytes)
+        work = nap_workload(groups)
 
         def place_nap(g: int) -> Plan:
             routed = NarPass(g).run(plan, ctx)
             result = physical_placement(groups, g, ctx.topology, chunk_bytes,
-                                        place_memory=cfg.placement == "nap")
+                                        place_memory=cfg.placement == "nap", workload=work)
             return annotate(routed, ctx, result)
 
         return place_nap
     if cfg.placement == "numa":
         # NAR changes the placement only, not what decompose reads
         numa_groups = logical_allocation(decompose(plan) if accesses is None else accesses)
+        numa_work = nap_workload(numa_groups)
 
         def place_numa(g: int) -> Plan:
-            return NumaPass().place(NarPass(g).run(plan, ctx), ctx, numa_groups)
+            return NumaPass().place(NarPass(g).run(plan, ctx), ctx, numa_groups, numa_work)
 
         return place_numa
     placed = cfg.placement_pass().run(plan, ctx)

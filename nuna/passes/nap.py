@@ -7,7 +7,7 @@ Algorithm 1 in two phases, named as in the paper:
 2. :func:`physical_placement` deals the groups round-robin over the ``nar_max`` NAR domains
    and, per threadblock, takes the first CU in order of closeness to the domain's I/O ports
    whose remaining budget fits (:func:`domain_cu_classes`; among equally close CUs the least
-   loaded, spread over routers: :class:`FirstFit`); per chunk, the nearest HBM stack of the
+   loaded, spread over routers: "First fit" below); per chunk, the nearest HBM stack of the
    domain whose remaining budget fits, and as many of the next nearest as the chunk's demand
    needs (below). Remote chunks (the ones a send stores into a peer) are
    placed on the peer near the *same port ordinals*: the Clos is rail-optimised, so a store
@@ -44,6 +44,15 @@ CUs are searched over the whole chip (a threadblock placed far only costs latenc
 within the group's domain (a chunk outside it would, under NAR, route through another domain's
 ports, breaking the group's locality).
 
+First fit. Algorithm 1 takes "the first CU whose incremental load fits", in the order
+physically closer to the I/O ports; the paper does not order CUs that are *equally* close.
+Within a class of equally near candidates we take the least-loaded one that fits (ties: the
+class's spread order, :func:`spread_classes`), which is the dispatcher's own rule for the CUs
+an affinity mask leaves open: it "launches threadblocks to a subset of preferred CU(s)"
+(§4.2.3) and "prioritizes free CUs for load balancing" (§5.3). A class of one candidate is
+plain first-fit. The loops over every threadblock and chunk are compiled
+(:mod:`nuna.passes.firstfit`): the NAR heuristic places a plan at every granularity.
+
 Pages are 4 KiB and realised by the simulator from the chunk placements in the order they are
 listed: the first chunk to touch a page fixes its stack (first come, first served, in
 ``logical_allocation`` processing order) and sub-page chunks share the first-chosen page.
@@ -53,12 +62,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import heapq
 import math
-from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -67,7 +74,7 @@ from nuna.errors import PassError
 from nuna.passes.access import ChunkKey, TbAccess, decompose
 from nuna.passes.base import PassContext, replace_placement
 from nuna.passes.logical import LogicalGroup, logical_allocation
-from nuna.plan.ir import ChunkPlacement, Plan, TbPlacement
+from nuna.plan.ir import Buffer, ChunkPlacement, Plan, TbPlacement
 from nuna.plan.verify import chunk_bytes_for
 from nuna.plan.xml import canonical_placement
 from nuna.topology.address import (
@@ -149,143 +156,13 @@ class NapPlacement:
 
 
 #: Candidates of a placement choice: classes of equally near resources, nearest class first,
-#: each in its spread order (see :class:`FirstFit`).
+#: each in its spread order (see "First fit" in the module doc).
 Classes = tuple[tuple[int, ...], ...]
 
 
 def singletons(order: tuple[int, ...]) -> Classes:
     """A strict order (no ties) as candidate classes."""
     return tuple((r,) for r in order)
-
-
-class FirstFit:
-    """Per-GPU loads of one resource kind, with first-fit over classes of equally near candidates.
-
-    Algorithm 1 takes "the first CU whose incremental load fits", in the order physically
-    closer to the I/O ports; the paper does not order CUs that are *equally* close. Within a
-    class of equally near candidates we take the least-loaded one that fits (ties: the class's
-    spread order), which is the dispatcher's own rule for the CUs an affinity mask leaves
-    open: it "launches threadblocks to a subset of preferred CU(s)" (§4.2.3) and "prioritizes
-    free CUs for load balancing" (§5.3). A class of one candidate is plain first-fit.
-    """
-
-    def __init__(self, budget: int) -> None:
-        self.budget = budget
-        # per GPU, resource -> load: a dict per GPU, as keying one dict by (gpu, resource) built
-        # a tuple per candidate looked at (the NAR heuristic places a plan at every G)
-        self._load: defaultdict[int, dict[int, int]] = defaultdict(dict)
-        # first class that may still have room, per (gpu, candidate list name); loads only
-        # grow, so a class whose every member is full stays full and later scans can skip it
-        self._start: dict[tuple[int, int], int] = {}
-        # (load, position, resource) heaps: per (gpu, list name, class) for the classes of more
-        # than _SCAN candidates, per (gpu, list name, -1) over the whole list for _least
-        self._heaps: dict[tuple[int, int, int], list[tuple[int, int, int]]] = {}
-
-    #: A class of at most this many candidates is scanned; a larger one has a heap. Classes of
-    #: CUs hold 7-42 CUs on nuna-4die, stack orders are singletons.
-    _SCAN = 4
-
-    def take(self, gpu: int, classes: Classes, demand: int, order_key: int) -> tuple[int, bool, int]:
-        """Choose a resource for ``demand`` among ``classes`` (named ``order_key``: the same key
-        must always come with the same classes) and charge it; returns the resource, whether it
-        fitted and, when it did not, the least load among the candidates before the charge."""
-        key = (gpu, order_key)
-        load = self._load[gpu]
-        budget = self.budget
-        start = self._start.get(key, 0)
-        leading = True  # still in the run of full classes the scan starts with
-        for i in range(start, len(classes)):
-            cls = classes[i]
-            big = len(cls) > self._SCAN
-            if big:
-                heap = self._heap((gpu, order_key, i), load, cls)
-                least, pos, best = heap[0]
-            elif len(cls) == 1:  # stack orders: the scan below, of one candidate
-                best = cls[0]
-                least, pos = load.get(best, 0), 0
-            else:  # the same choice as the heap's, by a scan
-                least, pos, best = budget + 1, -1, -1
-                for j, r in enumerate(cls):
-                    have = load.get(r, 0)
-                    if have < least:
-                        least, pos, best = have, j, r
-                        if have == 0:
-                            break
-            # the least-loaded candidate fits if any does; it is the full class's test too
-            if leading:
-                if least >= budget:
-                    start = i + 1
-                    continue
-                leading = False
-                self._start[key] = start
-            if least + demand <= budget:
-                load[best] = least + demand
-                if big:
-                    heapq.heapreplace(heap, (least + demand, pos, best))
-                return best, True, least
-        if leading:
-            self._start[key] = start
-        return self._least((gpu, order_key, -1), load, (r for c in classes for r in c), demand)
-
-    def take_other(self, gpu: int, classes: Classes, demand: int,
-                   taken: tuple[int, ...]) -> tuple[int, bool, int]:
-        """:meth:`take` among the candidates not in ``taken`` (the further stacks of a chunk
-        spread over several)."""
-        rest = tuple(c for c in (tuple(r for r in cls if r not in taken) for cls in classes) if c)
-        load = self._load[gpu]
-        budget = self.budget
-        for cls in rest:  # the least-loaded candidate of a class fits if any does
-            least, _, best = min((load.get(r, 0), j, r) for j, r in enumerate(cls))
-            if least + demand <= budget:
-                load[best] = least + demand
-                return best, True, least
-        chosen = min((r for cls in rest for r in cls), key=lambda r: load.get(r, 0))
-        least = load.get(chosen, 0)
-        load[chosen] = least + demand
-        return chosen, False, least
-
-    def _heap(self, key: tuple[int, int, int], load: dict[int, int], candidates: Iterable[int]
-              ) -> list[tuple[int, int, int]]:
-        """The ``(load, position, resource)`` heap of ``candidates`` named ``key`` (read only
-        the first time), its top brought up to date. Loads only grow (:meth:`charge`), so an
-        entry is stale only by being too low: refreshed as it reaches the top, the top is the
-        least load, the earliest position among equals, exactly what a scan in order picks."""
-        heap = self._heaps.get(key)
-        if heap is None:
-            heap = [(load.get(r, 0), j, r) for j, r in enumerate(candidates)]
-            heapq.heapify(heap)
-            self._heaps[key] = heap
-        while True:
-            least, j, r = heap[0]
-            now = load.get(r, 0)
-            if now == least:
-                return heap
-            heapq.heapreplace(heap, (now, j, r))
-
-    def _least(self, key: tuple[int, int, int], load: dict[int, int], candidates: Iterable[int],
-               demand: int) -> tuple[int, bool, int]:
-        """No candidate fits: the least-loaded one takes it, the earliest (nearest) among equals
-        (oversubscribed GPUs, many threadblocks per peer, come here for most of their
-        threadblocks: a heap, where a scan of every CU each time was most of a placement's cost)."""
-        heap = self._heap(key, load, candidates)
-        least, j, r = heap[0]
-        load[r] = least + demand
-        heapq.heapreplace(heap, (least + demand, j, r))
-        return r, False, least
-
-    def charge(self, gpu: int, resources: Iterable[int], amount: int) -> None:
-        """Add ``amount`` to each of ``resources`` without a placement decision (a further
-        access to a chunk placed before)."""
-        if amount < 0:
-            raise ValueError("a load only grows (the heaps of _least rely on it)")
-        if amount:
-            load = self._load[gpu]
-            for r in resources:
-                load[r] = load.get(r, 0) + amount
-
-    def loads(self) -> tuple[tuple[int, int, int], ...]:
-        """``(gpu, resource, load)`` of every resource charged, sorted."""
-        return tuple(sorted((g, r, v) for g, load in self._load.items() for r, v in load.items()))
 
 
 def spread_classes(spec: TopologySpec, *keys_ns: npt.NDArray[np.float64]) -> Classes:
@@ -346,93 +223,164 @@ def _domain_orders(spec: TopologySpec, g: int) -> tuple[_DomainOrder, ...]:
     return tuple(out)
 
 
+@dataclass(frozen=True, slots=True)
+class NapWorkload:
+    """Logical groups as the compiled placement reads them (:func:`nap_workload`): what does not
+    depend on the granularity, built once for every ``G`` the NAR heuristic tries. GPUs are
+    indices into ``gpu_ids`` (ascending), chunks into ``chunks``; members in group order."""
+
+    gpu_ids: tuple[int, ...]
+    chunks: tuple[ChunkKey, ...]
+    m_gpu: npt.NDArray[np.int64]     # per member: its GPU's index
+    m_tb: npt.NDArray[np.int64]      # per member: its threadblock id
+    m_group: npt.NDArray[np.int64]   # per member: its group's index in sorted order
+    m_count: npt.NDArray[np.int64]   # per member: chunks it accesses
+    m_ptr: npt.NDArray[np.int64]     # member m's accesses: m_chunk[m_ptr[m]:m_ptr[m + 1]]
+    m_chunk: npt.NDArray[np.int64]   # per access: the chunk's index
+    m_new: npt.NDArray[np.bool_]     # per access: a chunk its group first touched with this member
+    c_gpu: npt.NDArray[np.int64]     # per chunk: its GPU's index
+    c_accesses: npt.NDArray[np.int64]  # per chunk: accesses over every group
+
+    # per chunk: GPU id, buffer, chunk id (to build the placements)
+    chunk_columns: tuple[tuple[int, ...], tuple[Buffer, ...], tuple[int, ...]]
+
+
+def nap_workload(groups: Sequence[LogicalGroup]) -> NapWorkload:
+    """:class:`NapWorkload` of ``groups`` (sorted by ``logical_allocation``)."""
+    chunk_id: dict[ChunkKey, int] = {}
+    m_gpu: list[int] = []
+    m_tb: list[int] = []
+    m_group: list[int] = []
+    counts: list[int] = []
+    access: list[int] = []
+    new_flag: list[bool] = []
+    for i, group in enumerate(groups):
+        for member in group.members:
+            acc = member.access
+            m_gpu.append(acc.gpu)
+            m_tb.append(acc.tb)
+            m_group.append(i)
+            counts.append(len(acc.chunks))
+            new = frozenset(member.new_chunks)  # a threadblock of a ring plan touches hundreds
+            for c in acc.chunks:
+                access.append(chunk_id.setdefault(c, len(chunk_id)))
+                new_flag.append(c in new)
+    chunks = tuple(chunk_id)
+    gpu_ids = tuple(sorted(set(m_gpu) | {c.gpu for c in chunks}))
+    index = {g: i for i, g in enumerate(gpu_ids)}
+    ptr = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    m_chunk = np.asarray(access, dtype=np.int64)
+    return NapWorkload(
+        gpu_ids=gpu_ids, chunks=chunks,
+        m_gpu=np.asarray([index[g] for g in m_gpu], dtype=np.int64),
+        m_tb=np.asarray(m_tb, dtype=np.int64), m_group=np.asarray(m_group, dtype=np.int64),
+        m_count=np.asarray(counts, dtype=np.int64), m_ptr=ptr, m_chunk=m_chunk,
+        m_new=np.asarray(new_flag, dtype=np.bool_),
+        c_gpu=np.asarray([index[c.gpu] for c in chunks], dtype=np.int64),
+        c_accesses=np.bincount(m_chunk, minlength=len(chunks)).astype(np.int64),
+        chunk_columns=(tuple(c.gpu for c in chunks), tuple(c.buffer for c in chunks),
+                       tuple(c.chunk for c in chunks)),
+    )
+
+
+@functools.cache  # a memo of a pure function of frozen values; the arrays are read-only
+def _domain_arrays(spec: TopologySpec, g: int) -> tuple[npt.NDArray[Any], ...]:
+    """:func:`_domain_orders` as the compiled placement reads them: the CU classes of every
+    domain (``cand``, ``ptr``, ``dom_cls``), its stacks by distance to its ports (``near``,
+    ``near_ptr``), its own stacks (``own``, a mask) and every CU's stacks by round trip."""
+    from nuna.passes.firstfit import class_arrays
+
+    orders = _domain_orders(spec, g)
+    cand, ptr, dom_cls = class_arrays([cu_classes for cu_classes, _, _ in orders])
+    near_lists = [[cls[0] for cls in near] for _, near, _ in orders]
+    near = np.asarray([s for lst in near_lists for s in lst], dtype=np.int64)
+    near_ptr = np.zeros(len(orders) + 1, dtype=np.int64)
+    np.cumsum([len(lst) for lst in near_lists], out=near_ptr[1:])
+    own = np.zeros((len(orders), spec.chip.hbm_stacks), dtype=np.bool_)
+    for d, (_, _, stacks) in enumerate(orders):
+        own[d, sorted(stacks)] = True
+    by_dist = np.asarray([stacks_by_distance(spec, cu) for cu in range(spec.chip.cus)], dtype=np.int64)
+    out = (cand, ptr, dom_cls, near, near_ptr, own, by_dist)
+    for arr in out:
+        arr.flags.writeable = False
+    return out
+
+
 def physical_placement(groups: Sequence[LogicalGroup], nar_max: int, spec: TopologySpec, chunk_bytes: int,
-                       *, place_memory: bool = True) -> NapPlacement:
+                       *, place_memory: bool = True, workload: NapWorkload | None = None) -> NapPlacement:
     """Algorithm 1 lines 11-22 over ``groups`` (already sorted by ``logical_allocation``).
 
     ``place_memory=False`` is NAP*: threadblocks are placed as NAP places them (budgets and all),
-    chunks are left to the baseline round-robin page policy.
+    chunks are left to the baseline round-robin page policy. ``workload``:
+    ``nap_workload(groups)`` when the caller places the same groups more than once.
+
+    Per threadblock (in group order, group ``i`` in domain ``i mod nar_max``): first fit among
+    the domain's CU classes, demand :func:`tb_demand_requests`. Per chunk it accesses: placed
+    before, its stacks are charged again; another group's chunk not placed yet, charged when it
+    is; else it goes to the nearest stacks of the domain that fit (a local chunk: by round trip
+    from the threadblock's CU; a remote one: by distance to the domain's ports, on the peer),
+    ``k = ceil(accesses x demand / budget)`` of them at most (its pages, the candidates), each
+    charged ``ceil(demand / k)``.
     """
+    from nuna.passes import firstfit  # numba: loaded when a plan is placed, not on import
+
     if nar_max not in nar_granularities(spec):
         valid = ", ".join(str(v) for v in nar_granularities(spec))
         raise PassError(f"nap: {nar_max} NAR domains is not a valid granularity for {spec.name} "
                         f"(valid: {valid})")
-    orders = _domain_orders(spec, nar_max)
-    cus = FirstFit(cu_budget_requests(spec))
-    stacks = FirstFit(stack_budget_bytes(spec))
+    work = nap_workload(groups) if workload is None else workload
+    cand, ptr, dom_cls, near, near_ptr, own, by_dist = _domain_arrays(spec, nar_max)
+    chip = spec.chip
+    cu_budget, stack_budget = cu_budget_requests(spec), stack_budget_bytes(spec)
     c_demand = chunk_demand_bytes(chunk_bytes, spec)
-    tb_out: list[TbPlacement] = []
-    chunk_out: list[ChunkPlacement] = []
-    tb_domain: list[tuple[int, int, int]] = []
-    tb_demand: list[tuple[int, int, int]] = []
-    overflows: list[Overflow] = []
-    group_domain: list[int] = []
-    stack_of: dict[ChunkKey, tuple[int, ...]] = {}
-    pending: dict[ChunkKey, int] = {}  # accesses to chunks of groups placed later
-    # every access's demand, known before placement (NAP* places no memory and needs none)
-    accesses = Counter(c for group in groups for m in group.members for c in m.access.chunks) \
-        if place_memory else Counter()
-    chunk_pages = -(-chunk_bytes // spec.chip.page_bytes)
-    near_cu: dict[tuple[int, int], Classes] = {}  # (cu, domain) -> the domain's stacks by distance
-    # tb_demand_requests, which depends only on a threadblock's chunk count (the loop below runs
-    # once per threadblock per candidate granularity of the NAR heuristic: hoisted)
-    demand_of: dict[int, int] = {}
-    for i, group in enumerate(groups):
-        nar = i % nar_max  # Fig 7 caption: the first group uses domain 0 (see the module doc)
-        group_domain.append(nar)
-        cu_order, port_stacks, own_stacks = orders[nar]
-        for member in group.members:
-            acc = member.access
-            demand = demand_of.get(len(acc.chunks))
-            if demand is None:
-                demand = demand_of[len(acc.chunks)] = tb_demand_requests(acc, chunk_bytes, spec)
-            cu, fitted, least = cus.take(acc.gpu, cu_order, demand, nar)
-            if not fitted:
-                overflows.append(Overflow("cu", acc.gpu, cu, demand, nar, least))
-            tb_out.append(TbPlacement(acc.gpu, acc.tb, cu))
-            tb_domain.append((acc.gpu, acc.tb, nar))
-            tb_demand.append((acc.gpu, acc.tb, demand))
-            if not place_memory:
-                continue
-            new = frozenset(member.new_chunks)  # a threadblock of a ring plan touches hundreds
-            for chunk in acc.chunks:
-                placed = stack_of.get(chunk)
-                if placed is not None:  # placed before: this access still loads its stacks
-                    stacks.charge(chunk.gpu, placed, -(-c_demand // len(placed)))
-                    continue
-                if chunk not in new:  # another group's chunk, not placed yet: charge it then
-                    pending[chunk] = pending.get(chunk, 0) + 1
-                    continue
-                if chunk.gpu == acc.gpu:  # local: the CU's nearest stack of the domain
-                    order = near_cu.get((cu, nar))
-                    if order is None:
-                        order = singletons(tuple(s for s in stacks_by_distance(spec, cu) if s in own_stacks))
-                        near_cu[(cu, nar)] = order
-                    order_key = nar_max + cu * nar_max + nar
-                else:  # remote: near the same port ordinals on the peer
-                    order, order_key = port_stacks, nar
-                # stack orders are singletons: one candidate per class
-                k = min(-(-accesses[chunk] * c_demand // stacks.budget), chunk_pages, len(order))
-                share = -(-c_demand // k)
-                stack, fitted, least = stacks.take(chunk.gpu, order, share, order_key)
-                if not fitted:
-                    overflows.append(Overflow("stack", chunk.gpu, stack, share, nar, least))
-                placed = (stack,)
-                for _ in range(k - 1):
-                    stack, fitted, least = stacks.take_other(chunk.gpu, order, share, placed)
-                    if not fitted:
-                        overflows.append(Overflow("stack", chunk.gpu, stack, share, nar, least))
-                    placed += (stack,)
-                stack_of[chunk] = placed
-                stacks.charge(chunk.gpu, placed, share * pending.pop(chunk, 0))
-                for stack in placed:
-                    chunk_out.append(ChunkPlacement(chunk.gpu, chunk.buffer, chunk.chunk, stack))
+    n_gpu, n_members, n_chunks, S = len(work.gpu_ids), len(work.m_gpu), len(work.chunks), chip.hbm_stacks
+    flits_per_chunk = -(-chunk_bytes // chip.flit_bytes)  # tb_demand_requests, for every member
+    m_demand = np.minimum(work.m_count * flits_per_chunk, cu_budget)
+    cu_load = np.zeros((n_gpu, chip.cus), dtype=np.int64)
+    cu_touched = np.zeros((n_gpu, chip.cus), dtype=np.bool_)
+    st_load = np.zeros((n_gpu, S), dtype=np.int64)
+    st_touched = np.zeros((n_gpu, S), dtype=np.bool_)
+    tb_cu = np.zeros(n_members, dtype=np.int64)
+    ov = np.zeros((n_members + n_chunks * S, 6), dtype=np.int64)
+    chunk_out = np.zeros((n_chunks * S, 2), dtype=np.int64)
+    c_stacks = np.zeros((n_chunks, S), dtype=np.int64)
+    n_ov, n_out, err = firstfit.place_nap(
+        nar_max, place_memory, work.m_gpu, work.m_group, m_demand, work.m_ptr, work.m_chunk, work.m_new,
+        work.c_gpu, work.c_accesses, cand, ptr, dom_cls, near, near_ptr, own, by_dist,
+        cu_budget, stack_budget, c_demand, -(-chunk_bytes // chip.page_bytes),
+        cu_load, cu_touched, np.zeros((n_gpu, nar_max), dtype=np.int64),
+        st_load, st_touched, np.zeros((n_gpu, nar_max * (chip.cus + 1)), dtype=np.int64),
+        tb_cu, ov, chunk_out, c_stacks, np.zeros(n_chunks, dtype=np.int64),
+        np.zeros(n_chunks, dtype=np.int64), np.zeros(S, dtype=np.int64), np.arange(S + 1, dtype=np.int64))
+    if err != firstfit.OK:
+        raise PassError(f"nap: a chunk of {chunk_bytes} bytes has no HBM stack to go to in a domain "
+                        f"of granularity {nar_max} on {spec.name}")
+    ids = work.gpu_ids
+    placed = chunk_out[:n_out, 0].tolist()
+    gpus = [ids[g] for g in work.m_gpu.tolist()]
+    tbs = work.m_tb.tolist()
+    domains = (work.m_group % nar_max).tolist()
+    demands = m_demand.tolist()
+    c_gpu, c_buffer, c_chunk = work.chunk_columns
+
+    def loads(load: npt.NDArray[np.int64], touched: npt.NDArray[np.bool_]
+              ) -> tuple[tuple[int, int, int], ...]:
+        rows, cols = np.nonzero(touched)  # row-major: sorted by GPU, then resource
+        return tuple((ids[g], r, v) for g, r, v in zip(rows.tolist(), cols.tolist(),
+                                                       load[rows, cols].tolist(), strict=True))
+
     return NapPlacement(
-        domains=nar_max, groups=tuple(groups), group_domain=tuple(group_domain),
-        threadblocks=tuple(tb_out), chunks=tuple(chunk_out), tb_domain=tuple(tb_domain),
-        tb_demand=tuple(tb_demand), chunk_demand_bytes=c_demand, cu_budget=cus.budget,
-        stack_budget=stacks.budget, cu_load=cus.loads(), stack_load=stacks.loads(),
-        overflows=tuple(overflows),
+        domains=nar_max, groups=tuple(groups), group_domain=tuple(i % nar_max for i in range(len(groups))),
+        threadblocks=tuple(map(TbPlacement, gpus, tbs, tb_cu.tolist())),
+        chunks=tuple(map(ChunkPlacement, [c_gpu[c] for c in placed], [c_buffer[c] for c in placed],
+                         [c_chunk[c] for c in placed], chunk_out[:n_out, 1].tolist())),
+        tb_domain=tuple(zip(gpus, tbs, domains, strict=True)),
+        tb_demand=tuple(zip(gpus, tbs, demands, strict=True)),
+        chunk_demand_bytes=c_demand, cu_budget=cu_budget, stack_budget=stack_budget,
+        cu_load=loads(cu_load, cu_touched), stack_load=loads(st_load, st_touched),
+        overflows=tuple(Overflow("cu" if kind == 0 else "stack", ids[g], r, d, dom, least)
+                        for kind, g, r, d, dom, least in ov[:n_ov].tolist()),
     )
 
 

@@ -3,7 +3,7 @@
 Memory stays where the baseline puts it (round-robin 4 KiB pages); each threadblock is
 scheduled near the memory it accesses: Algorithm 1's CU choice (first CU in order of nearness
 whose outstanding-request budget fits, among equally near CUs the least loaded, spread over
-routers: :class:`nuna.passes.nap.FirstFit`) with the nearness measured
+routers: "First fit" in :mod:`nuna.passes.nap`) with the nearness measured
 to the HBM stacks that hold the threadblock's local chunks, weighted by bytes, instead of to a
 NAR domain's I/O ports. Threadblocks are taken in ``logical_allocation`` order, as NAP takes
 them. I/O ports play no part: that is exactly what NUMA-aware placement lacks (§3.3). A
@@ -15,15 +15,15 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
 from nuna.passes.access import decompose
 from nuna.passes.base import PassContext, replace_placement
 from nuna.passes.logical import LogicalGroup, logical_allocation
-from nuna.passes.nap import Classes, FirstFit, cu_budget_requests, spread_classes, tb_demand_requests
-from nuna.plan.ir import Buffer, Plan, TbPlacement
+from nuna.passes.nap import Classes, NapWorkload, cu_budget_requests, nap_workload, spread_classes
+from nuna.plan.ir import Plan, TbPlacement
 from nuna.plan.verify import chunk_bytes_for
 from nuna.plan.xml import canonical_placement
 from nuna.sim.layout import BaselineLayout, baseline_cus
@@ -32,45 +32,61 @@ from nuna.topology.spec import TopologySpec
 
 
 def numa_cus(plan: Plan, spec: TopologySpec, size_bytes: int,
-             groups: Sequence[LogicalGroup] | None = None) -> dict[tuple[int, int], int]:
-    """CU of every threadblock under the NUMA policy (see the module doc). ``groups``:
-    ``logical_allocation(decompose(plan))`` when the caller has it (it depends on the program,
-    not the placement)."""
+             groups: Sequence[LogicalGroup] | None = None,
+             workload: NapWorkload | None = None) -> dict[tuple[int, int], int]:
+    """CU of every threadblock under the NUMA policy (see the module doc), in ``groups`` order.
+    ``groups``: ``logical_allocation(decompose(plan))``, ``workload``: ``nap_workload(groups)``,
+    when the caller has them (they depend on the program, not on the placement)."""
+    from nuna.passes import firstfit  # numba: loaded when a plan is placed, not on import
+
+    if workload is None:
+        workload = nap_workload(logical_allocation(decompose(plan)) if groups is None else groups)
+    work = workload
     geo = chip_geometry(spec.chip)
     round_trip = geo.cu_stack.latency_ns + geo.stack_cu.latency_ns.T  # (C, S)
     chunk_bytes = chunk_bytes_for(plan, size_bytes)
     base = baseline_cus(plan, spec)
-    cus = FirstFit(cu_budget_requests(spec))
-    orders: dict[tuple[tuple[int, int], ...], tuple[int, Classes]] = {}  # signature -> (id, classes)
-    out: dict[tuple[int, int], int] = {}
     # under NAR the pages are in the NAR segment (a NAR pass runs first in NUMA+NAR)
     layout = BaselineLayout(plan, spec, size_bytes, plan.placement.nar_granularity)
-    # a chunk read by several threadblocks (a reduction's operands) is split over stacks once
-    split: dict[tuple[int, Buffer, int], dict[int, int]] = {}
-    for group in logical_allocation(decompose(plan)) if groups is None else groups:
-        for member in group.members:
-            acc = member.access
-            weights: dict[int, int] = {}
-            for c in acc.local:
-                key = (c.gpu, c.buffer, c.chunk)
-                per_stack = split.get(key)
-                if per_stack is None:
-                    per_stack = split[key] = layout.chunk_stack_bytes(c.gpu, c.buffer, c.chunk)
-                for s, b in per_stack.items():
-                    weights[s] = weights.get(s, 0) + b
-            if not weights:
-                out[(acc.gpu, acc.tb)] = base[(acc.gpu, acc.tb)]
-                continue
-            signature = tuple(sorted(weights.items()))
-            known = orders.get(signature)
-            if known is None:
-                w = np.zeros(spec.chip.hbm_stacks)
-                for s, b in signature:
-                    w[s] = b
-                known = (len(orders), spread_classes(spec, round_trip @ (w / w.sum())))
-                orders[signature] = known
-            cu, _, _ = cus.take(acc.gpu, known[1], tb_demand_requests(acc, chunk_bytes, spec), known[0])
-            out[(acc.gpu, acc.tb)] = cu
+    n_members = work.m_gpu.shape[0]
+    member = np.repeat(np.arange(n_members), work.m_count)  # per access
+    local = work.c_gpu[work.m_chunk] == work.m_gpu[member]
+    # bytes per stack of every chunk a threadblock touches on its own GPU (a reduction's operand
+    # read by several threadblocks counted once), summed per threadblock
+    chunks, row = np.unique(work.m_chunk[local], return_inverse=True)
+    gpu_of, buffer_of, id_of = work.chunk_columns
+    per_chunk = layout.chunk_stack_matrix([gpu_of[c] for c in chunks.tolist()],
+                                          [buffer_of[c] for c in chunks.tolist()],
+                                          np.asarray([id_of[c] for c in chunks.tolist()], dtype=np.int64))
+    weights = np.zeros((n_members, spec.chip.hbm_stacks), dtype=np.int64)
+    np.add.at(weights, member[local], per_chunk[row.reshape(-1)])
+    placed = np.flatnonzero(weights.any(axis=1))  # the others touch no local chunk: baseline CU
+    flits_per_chunk = -(-chunk_bytes // spec.chip.flit_bytes)  # tb_demand_requests, per member
+    demand = np.minimum(work.m_count * flits_per_chunk, cu_budget_requests(spec))
+    cu = np.full(n_members, -1, dtype=np.int64)
+    if placed.shape[0]:
+        # one candidate list per distinct weighting (a row of integer bytes, compared exactly:
+        # as bytes, which a dict numbers 30x faster than np.unique sorts rows)
+        rows = np.ascontiguousarray(weights[placed])
+        first: dict[Any, int] = {}
+        which = np.fromiter((first.setdefault(key, len(first)) for key in
+                             rows.view(np.dtype((np.void, rows.shape[1] * 8))).ravel().tolist()),
+                            dtype=np.int64, count=rows.shape[0])
+        lists: list[Classes] = []
+        for i in np.unique(which, return_index=True)[1].tolist():
+            w = rows[i].astype(np.float64)
+            lists.append(spread_classes(spec, round_trip @ (w / w.sum())))
+        cand, ptr, bounds = firstfit.class_arrays(lists)
+        chosen = np.zeros((placed.shape[0], 3), dtype=np.int64)
+        loads = np.zeros((len(work.gpu_ids), spec.chip.cus), dtype=np.int64)
+        firstfit.take_each(work.m_gpu[placed], which, demand[placed], cand, ptr,
+                           bounds, cu_budget_requests(spec), loads, np.zeros(loads.shape, dtype=np.bool_),
+                           np.zeros((loads.shape[0], len(lists)), dtype=np.int64), chosen)
+        cu[placed] = chosen[:, 0]
+    ids = work.gpu_ids
+    out: dict[tuple[int, int], int] = {}
+    for g, tb, c in zip(work.m_gpu.tolist(), work.m_tb.tolist(), cu.tolist(), strict=True):
+        out[(ids[g], tb)] = base[(ids[g], tb)] if c < 0 else c
     return out
 
 
@@ -83,10 +99,11 @@ class NumaPass:
     def run(self, plan: Plan, ctx: PassContext) -> Plan:
         return self.place(plan, ctx, None)
 
-    def place(self, plan: Plan, ctx: PassContext, groups: Sequence[LogicalGroup] | None) -> Plan:
-        """:meth:`run` with ``logical_allocation(decompose(plan))`` given (``None``: computed
-        here)."""
-        cus = numa_cus(plan, ctx.topology, ctx.size_bytes, groups)
+    def place(self, plan: Plan, ctx: PassContext, groups: Sequence[LogicalGroup] | None,
+              workload: NapWorkload | None = None) -> Plan:
+        """:meth:`run` with ``logical_allocation(decompose(plan))`` and its ``nap_workload``
+        given (``None``: computed here)."""
+        cus = numa_cus(plan, ctx.topology, ctx.size_bytes, groups, workload)
         tbs = tuple(TbPlacement(g, t, cu) for (g, t), cu in cus.items())
         out = replace_placement(plan, ctx, threadblocks=tbs, chunks=())
         return dataclasses.replace(out, placement=canonical_placement(out))

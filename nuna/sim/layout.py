@@ -22,6 +22,7 @@ open, and the UA pass materialises the same choices by calling it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -291,25 +292,43 @@ class BaselineLayout:
     def chunk_stack_bytes(self, gpu: int, buffer: Buffer, chunk: int) -> dict[int, int]:
         """Bytes of chunk ``chunk`` of ``buffer`` on each HBM stack under round-robin pages
         (stacks with no byte left out)."""
-        cb = self.chunk_bytes
+        row = self.chunk_stack_matrix([gpu], [buffer], np.array([chunk], dtype=np.int64))[0]
+        return {s: b for s, b in enumerate(row.tolist()) if b > 0}
+
+    def chunk_stack_matrix(self, gpus: Sequence[int], buffers: Sequence[Buffer],
+                           chunks: npt.NDArray[np.int64], block: int = 1 << 16) -> npt.NDArray[np.int64]:
+        """Row ``i``: the bytes of chunk ``chunks[i]`` of ``buffers[i]`` on ``gpus[i]`` on each
+        HBM stack under round-robin pages, ``(len(chunks), stacks)``. Counted in closed form:
+        the first and last page by their bytes, the whole pages between by how many fall on
+        each residue of the page-to-stack cycle (a 1 GB collective's chunk spans thousands of
+        pages, a plan of many threadblocks has 10^5 chunks), ``block`` chunks at a time."""
         page = self.spec.chip.page_bytes
-        lo = self._base[(gpu, buffer)] * page + chunk * cb
+        cb = self.chunk_bytes
+        n_stacks = self.spec.chip.hbm_stacks
+        cycle = self._cycle
+        period = cycle.shape[0]
+        out = np.zeros((len(chunks), n_stacks), dtype=np.int64)
+        if cb <= 0 or not len(chunks):
+            return out
+        base = np.fromiter((self._base[(g, b)] for g, b in zip(gpus, buffers, strict=True)), dtype=np.int64,
+                           count=len(chunks))
+        lo = base * page + np.asarray(chunks, dtype=np.int64) * cb
         hi = lo + cb
-        if hi <= lo:
-            return {}
         first, last = lo // page, (hi - 1) // page
-        if last - first < 8:  # a few pages (chunks up to ~32 KiB, e.g. 1 MiB over 32+ GPUs): one by one
-            cycle = self._cycle_stacks
-            out: dict[int, int] = {}
-            for p in range(first, last + 1):
-                st = cycle[p % len(cycle)]
-                out[st] = out.get(st, 0) + min(hi, (p + 1) * page) - max(lo, p * page)
-            return dict(sorted(out.items()))
-        # a 1 GB collective's chunk spans thousands of pages: count them per stack with the
-        # page-to-stack cycle rather than page by page
-        nbytes = np.full(last - first + 1, page, dtype=np.int64)
-        nbytes[0] -= lo - first * page
-        nbytes[-1] -= (last + 1) * page - hi
-        stacks = self._cycle[np.arange(first, last + 1) % self._cycle.shape[0]]
-        per_stack = np.bincount(stacks, weights=nbytes, minlength=self.spec.chip.hbm_stacks)
-        return {int(st): int(b) for st, b in enumerate(per_stack.tolist()) if b > 0}
+        rows = np.arange(len(chunks))
+        one = first == last
+        np.add.at(out, (rows[one], cycle[first[one] % period]), cb)
+        many = ~one
+        np.add.at(out, (rows[many], cycle[first[many] % period]), (first[many] + 1) * page - lo[many])
+        np.add.at(out, (rows[many], cycle[last[many] % period]), hi[many] - last[many] * page)
+        inner = np.flatnonzero(last - first >= 2)  # whole pages between the first and the last
+        onto = np.zeros((period, n_stacks), dtype=np.int64)
+        onto[np.arange(period), cycle] = 1
+        residues = np.arange(period, dtype=np.int64)
+        for at in range(0, inner.shape[0], block):
+            sel = inner[at:at + block]
+            a, b = first[sel][:, None] + 1, last[sel][:, None] - 1
+            # pages p in [a, b] with p = r (mod period), for every residue r
+            count = (b - residues) // period - (a - 1 - residues) // period
+            out[sel] += (count * page) @ onto
+        return out

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nuna.passes import PassContext, apply_config
-from nuna.passes.nap import FirstFit, domain_cu_classes, nap_placement, spread_classes
+from nuna.passes import PassContext, apply_config, firstfit
+from nuna.passes.nap import domain_cu_classes, nap_placement, spread_classes
 from nuna.plan.generate import generate
 from nuna.topology.address import nar_domain_ports, nar_granularities
 from nuna.topology.geometry import chip_geometry, port_positions
@@ -102,12 +102,47 @@ def _scenario(draw: st.DrawFn) -> tuple[tuple[tuple[int, ...], ...], list[int], 
     return classes, demands, draw(st.integers(1, 20))
 
 
+class _Compiled:
+    """The compiled first-fit helpers (``nuna.passes.firstfit``) over resources ``0..n-1`` of
+    two GPUs, with what ``place_nap`` keeps between calls: loads, touched marks, class memos."""
+
+    def __init__(self, budget: int, n: int, lists: int) -> None:
+        self.budget = budget
+        self.load = np.zeros((2, n), dtype=np.int64)
+        self.touched = np.zeros((2, n), dtype=np.bool_)
+        self.memo = np.zeros((2, lists), dtype=np.int64)
+
+    def take(self, gpu: int, classes: tuple[tuple[int, ...], ...], demand: int, key: int
+             ) -> tuple[int, bool, int]:
+        cand, ptr, _ = firstfit.class_arrays([classes])
+        r, fitted, least = firstfit._take(self.load, self.touched, gpu, cand, ptr, 0, len(classes), self.memo,
+                                          key, self.budget, demand)
+        return int(r), bool(fitted), int(least)
+
+    def take_other(self, gpu: int, order: tuple[int, ...], demand: int, taken: tuple[int, ...]
+                   ) -> tuple[int, bool, int]:
+        arr = np.asarray(order, dtype=np.int64)
+        got = np.asarray((*taken, 0), dtype=np.int64)  # never empty
+        r, fitted, least = firstfit._take_other(self.load, self.touched, gpu, arr, len(order), got,
+                                                len(taken), self.budget, demand)
+        return int(r), bool(fitted), int(least)
+
+    def charge(self, gpu: int, r: int, amount: int) -> None:  # as place_nap charges a stack
+        if amount:
+            self.load[gpu, r] += amount
+            self.touched[gpu, r] = True
+
+    def loads(self) -> tuple[tuple[int, int, int], ...]:
+        rows, cols = np.nonzero(self.touched)
+        return tuple((int(g), int(r), int(self.load[g, r])) for g, r in zip(rows, cols, strict=True))
+
+
 @settings(max_examples=200, deadline=None)
 @given(_scenario())
 def test_first_fit_takes_the_least_loaded_of_the_nearest_class_with_room(
         case: tuple[tuple[tuple[int, ...], ...], list[int], int]) -> None:
     classes, demands, budget = case
-    ff = FirstFit(budget)
+    ff = _Compiled(budget, sum(len(c) for c in classes), 1)
     load: dict[int, int] = defaultdict(int)
     where = {r: (i, j) for i, cls in enumerate(classes) for j, r in enumerate(cls)}
     for d in demands:
@@ -212,15 +247,15 @@ def _least_first(load: dict[int, int], classes: tuple[tuple[int, ...], ...]) -> 
 def test_first_fit_with_shared_resources_and_charges_chooses_as_specified(
         case: tuple[int, list[tuple[tuple[int, ...], ...]], list[tuple[object, ...]]]) -> None:
     # several candidate lists over the same resources of a GPU (a domain's CU classes, the
-    # stack orders), charges between choices and spread takes: FirstFit keeps heaps and a
+    # stack orders), charges between choices and spread takes: the compiled first fit keeps a
     # first-class pointer per list, which must never make it choose other than the rule
     budget, lists, ops = case
-    ff = FirstFit(budget)
+    ff = _Compiled(budget, 14, len(lists))
     loads: dict[int, dict[int, int]] = {0: {}, 1: {}}
     for op in ops:
         if op[0] == "charge":
             _, gpu, r, amount = op
-            ff.charge(gpu, (r,), amount)
+            ff.charge(gpu, r, amount)
             if amount:  # a zero charge records nothing
                 loads[gpu][r] = loads[gpu].get(r, 0) + amount
             continue
@@ -233,11 +268,13 @@ def test_first_fit_with_shared_resources_and_charges_chooses_as_specified(
             room = [cls for cls in classes if any(load.get(r, 0) < budget for r in cls)]
             fitting = [cls for cls in room if min(load.get(r, 0) for r in cls) + d <= budget]
         else:
+            # spread takes run over stack orders: one candidate per class
             taken = tuple(op[4])
-            classes = tuple(c for c in (tuple(r for r in cls if r not in taken) for cls in classes) if c)
+            order = tuple(r for cls in classes for r in cls)
+            classes = tuple((r,) for r in order if r not in taken)
             if not classes:
                 continue
-            got = ff.take_other(gpu, classes, d, taken)
+            got = ff.take_other(gpu, order, d, taken)
             fitting = [cls for cls in classes if min(load.get(r, 0) for r in cls) + d <= budget]
         if fitting:
             r, low = _least_first(load, fitting[:1])

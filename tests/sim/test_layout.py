@@ -119,6 +119,24 @@ def test_chunk_stack_bytes_counts_every_byte_on_its_pages_stack(spec, g: int | N
     assert base.chunk_stack_bytes(info.id, buf, chunk) == expected
 
 
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(g=st.sampled_from([None, 1, 3, 12]), size=st.integers(1, 40_000_000), block=st.integers(1, 9))
+def test_chunk_stack_matrix_rows_are_each_chunks_bytes(spec, g: int | None, size: int,  # type: ignore[no-untyped-def]
+                                                      block: int) -> None:
+    # every chunk of every buffer at once, a few rows per block, against the one-chunk count
+    # (itself checked page by page above) and the chunk's size
+    plan = generate("allreduce", 4, tbs_per_peer=2)
+    base = layout.BaselineLayout(plan, spec, size, nar_granularity=g)
+    keys = [(info.id, buf, c) for info in plan.gpus
+            for buf, n in ((Buffer.INPUT, info.input_chunks), (Buffer.OUTPUT, info.output_chunks))
+            for c in range(n)]
+    m = base.chunk_stack_matrix([k[0] for k in keys], [k[1] for k in keys],
+                                np.array([k[2] for k in keys], dtype=np.int64), block=block)
+    assert (m.sum(axis=1) == base.chunk_bytes).all()
+    for row, (gpu, buf, c) in zip(m.tolist(), keys, strict=True):
+        assert {s: b for s, b in enumerate(row) if b} == base.chunk_stack_bytes(gpu, buf, c)
+
+
 def test_chunk_placement_first_come_first_served(spec) -> None:  # type: ignore[no-untyped-def]
     plan = generate("allgather", 2, tbs_per_peer=1, chunks_per_peer=8)
     size = 16 * 1024  # 1 KiB chunks: four chunks share a page
