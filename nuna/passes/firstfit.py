@@ -9,8 +9,9 @@ among equals), recorded as an overflow. Loads only grow, so a class found full s
 candidate list keeps, per GPU, the index of its first class that may still have room.
 
 Why compiled: the NAR heuristic places a plan at each of six granularities, and a 64-GPU plan
-with 16 threadblocks per peer has 64,512 threadblocks; in Python the placements took 2 s each,
-more than the replay of the point (``docs/passes.md``, "Compiled first fit").
+with 16 threadblocks per peer has 64,512 threadblocks; in Python the six placements of the
+1 MiB allreduce took about 11 s, as long as the point's replay (``docs/passes.md``, "Compiled
+first fit").
 
 Arrays in, arrays out (the callers in ``nap`` and ``numa`` convert to and from the IR). GPUs
 are indices ``0..n-1`` here. A candidate list is ``(cand, ptr, c0, c1)``: classes ``c0..c1-1``,
