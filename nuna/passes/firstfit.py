@@ -34,6 +34,25 @@ OK = 0
 NO_STACK = 1  # a chunk with no candidate stack, or a demand of zero bytes (nothing to divide)
 
 
+@njit(cache=True, inline="always")
+def _charge(load: Any, touched: Any, g: int, r: int, amount: int) -> None:
+    """Add ``amount`` to resource ``r`` of GPU ``g`` and mark it charged."""
+    load[g, r] += amount
+    touched[g, r] = True
+
+
+@njit(cache=True, inline="always")
+def _overflow(ov: Any, n: int, kind: int, g: int, r: int, demand: int, domain: int, least: int) -> int:
+    """Record an overflow in row ``n`` of ``ov``; the next free row."""
+    ov[n, 0] = kind
+    ov[n, 1] = g
+    ov[n, 2] = r
+    ov[n, 3] = demand
+    ov[n, 4] = domain
+    ov[n, 5] = least
+    return n + 1
+
+
 @njit(cache=True)
 def _take(load: Any, touched: Any, g: int, cand: Any, ptr: Any, c0: int, c1: int,
           memo: Any, mkey: int, budget: int, demand: int) -> tuple[int, bool, int]:
@@ -61,8 +80,7 @@ def _take(load: Any, touched: Any, g: int, cand: Any, ptr: Any, c0: int, c1: int
             leading = False
             memo[g, mkey] = start
         if least + demand <= budget:
-            load[g, best] = least + demand
-            touched[g, best] = True
+            _charge(load, touched, g, best, demand)
             return best, True, least
     if leading:
         memo[g, mkey] = start
@@ -74,8 +92,7 @@ def _take(load: Any, touched: Any, g: int, cand: Any, ptr: Any, c0: int, c1: int
         if best < 0 or have < least:
             least = have
             best = r
-    load[g, best] = least + demand
-    touched[g, best] = True
+    _charge(load, touched, g, best, demand)
     return best, False, least
 
 
@@ -97,14 +114,12 @@ def _take_other(load: Any, touched: Any, g: int, order: Any, n: int, taken: Any,
             continue
         have = load[g, r]
         if have + demand <= budget:
-            load[g, r] = have + demand
-            touched[g, r] = True
+            _charge(load, touched, g, r, demand)
             return r, True, have
         if best < 0 or have < least:
             least = have
             best = r
-    load[g, best] = least + demand
-    touched[g, best] = True
+    _charge(load, touched, g, best, demand)
     return best, False, least
 
 
@@ -153,13 +168,7 @@ def place_nap(nar_max: int, place_memory: bool,
                                   cu_memo, nar, cu_budget, demand)
         tb_cu[m] = cu
         if not fitted:
-            ov[n_ov, 0] = 0
-            ov[n_ov, 1] = g
-            ov[n_ov, 2] = cu
-            ov[n_ov, 3] = demand
-            ov[n_ov, 4] = nar
-            ov[n_ov, 5] = least
-            n_ov += 1
+            n_ov = _overflow(ov, n_ov, 0, g, cu, demand, nar, least)
         if not place_memory:
             continue
         for j in range(m_ptr[m], m_ptr[m + 1]):
@@ -170,9 +179,7 @@ def place_nap(nar_max: int, place_memory: bool,
                 share = -(-c_demand // k)
                 if share:
                     for s in range(k):
-                        st = c_stacks[c, s]
-                        st_load[cg, st] += share
-                        st_touched[cg, st] = True
+                        _charge(st_load, st_touched, cg, c_stacks[c, s], share)
                 continue
             if not m_new[j]:  # another group's chunk, not placed yet: charged when it is
                 pending[c] += 1
@@ -199,33 +206,20 @@ def place_nap(nar_max: int, place_memory: bool,
             c_stacks[c, 0] = st
             c_nst[c] = 1
             if not fitted:
-                ov[n_ov, 0] = 1
-                ov[n_ov, 1] = cg
-                ov[n_ov, 2] = st
-                ov[n_ov, 3] = share
-                ov[n_ov, 4] = nar
-                ov[n_ov, 5] = least
-                n_ov += 1
+                n_ov = _overflow(ov, n_ov, 1, cg, st, share, nar, least)
             for _ in range(k - 1):
                 st, fitted, least = _take_other(st_load, st_touched, cg, order, n, c_stacks[c], c_nst[c],
                                                 stack_budget, share)
                 c_stacks[c, c_nst[c]] = st
                 c_nst[c] += 1
                 if not fitted:
-                    ov[n_ov, 0] = 1
-                    ov[n_ov, 1] = cg
-                    ov[n_ov, 2] = st
-                    ov[n_ov, 3] = share
-                    ov[n_ov, 4] = nar
-                    ov[n_ov, 5] = least
-                    n_ov += 1
+                    n_ov = _overflow(ov, n_ov, 1, cg, st, share, nar, least)
             extra = share * pending[c]
             pending[c] = 0
             for s in range(c_nst[c]):
                 st = c_stacks[c, s]
                 if extra:
-                    st_load[cg, st] += extra
-                    st_touched[cg, st] = True
+                    _charge(st_load, st_touched, cg, st, extra)
                 chunk_out[n_out, 0] = c
                 chunk_out[n_out, 1] = st
                 n_out += 1
