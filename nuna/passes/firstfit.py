@@ -53,6 +53,23 @@ def _overflow(ov: Any, n: int, kind: int, g: int, r: int, demand: int, domain: i
     return n + 1
 
 
+@njit(cache=True, inline="always")
+def _least(load: Any, g: int, cand: Any, lo: int, hi: int) -> tuple[int, int]:
+    """The least-loaded of ``cand[lo:hi]`` on GPU ``g`` (the earliest among equals; loads are
+    never negative, so a free one ends the scan) and its load."""
+    least = -1
+    best = -1
+    for j in range(lo, hi):
+        r = cand[j]
+        have = load[g, r]
+        if best < 0 or have < least:
+            least = have
+            best = r
+            if have == 0:
+                break
+    return best, least
+
+
 @njit(cache=True)
 def _take(load: Any, touched: Any, g: int, cand: Any, ptr: Any, c0: int, c1: int,
           memo: Any, mkey: int, budget: int, demand: int) -> tuple[int, bool, int]:
@@ -63,16 +80,7 @@ def _take(load: Any, touched: Any, g: int, cand: Any, ptr: Any, c0: int, c1: int
     start = memo[g, mkey]
     leading = True  # in the run of full classes the scan starts with
     for i in range(c0 + start, c1):
-        least = -1
-        best = -1
-        for j in range(ptr[i], ptr[i + 1]):
-            r = cand[j]
-            have = load[g, r]
-            if best < 0 or have < least:
-                least = have
-                best = r
-                if have == 0:
-                    break
+        best, least = _least(load, g, cand, ptr[i], ptr[i + 1])
         if leading:
             if least >= budget:
                 start = i - c0 + 1
@@ -84,14 +92,7 @@ def _take(load: Any, touched: Any, g: int, cand: Any, ptr: Any, c0: int, c1: int
             return best, True, least
     if leading:
         memo[g, mkey] = start
-    least = -1
-    best = -1
-    for j in range(ptr[c0], ptr[c1]):
-        r = cand[j]
-        have = load[g, r]
-        if best < 0 or have < least:
-            least = have
-            best = r
+    best, least = _least(load, g, cand, ptr[c0], ptr[c1])
     _charge(load, touched, g, best, demand)
     return best, False, least
 
