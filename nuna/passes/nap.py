@@ -227,10 +227,10 @@ def _domain_orders(spec: TopologySpec, g: int) -> tuple[_DomainOrder, ...]:
 class NapWorkload:
     """Logical groups as the compiled placement reads them (:func:`nap_workload`): what does not
     depend on the granularity, built once for every ``G`` the NAR heuristic tries. GPUs are
-    indices into ``gpu_ids`` (ascending), chunks into ``chunks``; members in group order."""
+    indices into ``gpu_ids`` (ascending), chunks numbered in order of first access; members in
+    group order. The arrays are read-only."""
 
     gpu_ids: tuple[int, ...]
-    chunks: tuple[ChunkKey, ...]
     m_gpu: npt.NDArray[np.int64]     # per member: its GPU's index
     m_tb: npt.NDArray[np.int64]      # per member: its threadblock id
     m_group: npt.NDArray[np.int64]   # per member: its group's index in sorted order
@@ -241,7 +241,7 @@ class NapWorkload:
     c_gpu: npt.NDArray[np.int64]     # per chunk: its GPU's index
     c_accesses: npt.NDArray[np.int64]  # per chunk: accesses over every group
 
-    # per chunk: GPU id, buffer, chunk id (to build the placements)
+    # per chunk: GPU id, buffer, chunk id (the ChunkKey, by column: to build placements)
     chunk_columns: tuple[tuple[int, ...], tuple[Buffer, ...], tuple[int, ...]]
 
 
@@ -271,8 +271,8 @@ def nap_workload(groups: Sequence[LogicalGroup]) -> NapWorkload:
     ptr = np.zeros(len(counts) + 1, dtype=np.int64)
     np.cumsum(counts, out=ptr[1:])
     m_chunk = np.asarray(access, dtype=np.int64)
-    return NapWorkload(
-        gpu_ids=gpu_ids, chunks=chunks,
+    work = NapWorkload(
+        gpu_ids=gpu_ids,
         m_gpu=np.asarray([index[g] for g in m_gpu], dtype=np.int64),
         m_tb=np.asarray(m_tb, dtype=np.int64), m_group=np.asarray(m_group, dtype=np.int64),
         m_count=np.asarray(counts, dtype=np.int64), m_ptr=ptr, m_chunk=m_chunk,
@@ -282,6 +282,11 @@ def nap_workload(groups: Sequence[LogicalGroup]) -> NapWorkload:
         chunk_columns=(tuple(c.gpu for c in chunks), tuple(c.buffer for c in chunks),
                        tuple(c.chunk for c in chunks)),
     )
+    for field in dataclasses.fields(work):
+        value = getattr(work, field.name)
+        if isinstance(value, np.ndarray):
+            value.flags.writeable = False
+    return work
 
 
 @functools.cache  # a memo of a pure function of frozen values; the arrays are read-only
@@ -334,7 +339,7 @@ def physical_placement(groups: Sequence[LogicalGroup], nar_max: int, spec: Topol
     chip = spec.chip
     cu_budget, stack_budget = cu_budget_requests(spec), stack_budget_bytes(spec)
     c_demand = chunk_demand_bytes(chunk_bytes, spec)
-    n_gpu, n_members, n_chunks, S = len(work.gpu_ids), len(work.m_gpu), len(work.chunks), chip.hbm_stacks
+    n_gpu, n_members, n_chunks, S = len(work.gpu_ids), len(work.m_gpu), len(work.c_gpu), chip.hbm_stacks
     flits_per_chunk = -(-chunk_bytes // chip.flit_bytes)  # tb_demand_requests, for every member
     m_demand = np.minimum(work.m_count * flits_per_chunk, cu_budget)
     cu_load = np.zeros((n_gpu, chip.cus), dtype=np.int64)
