@@ -110,6 +110,13 @@ def tb_demand_requests(access: TbAccess, chunk_bytes: int, spec: TopologySpec) -
     return min(len(access.chunks) * flits_per_chunk, cu_budget_requests(spec))
 
 
+def tb_demand_requests_each(chunk_counts: npt.NDArray[np.int64], chunk_bytes: int,
+                            spec: TopologySpec) -> npt.NDArray[np.int64]:
+    """:func:`tb_demand_requests` of threadblocks accessing ``chunk_counts`` chunks each."""
+    flits_per_chunk = -(-chunk_bytes // spec.chip.flit_bytes)
+    return np.minimum(chunk_counts * flits_per_chunk, cu_budget_requests(spec))
+
+
 def chunk_demand_bytes(chunk_bytes: int, spec: TopologySpec) -> int:
     """Bytes a chunk adds to its stack's budget, capped at the budget."""
     return min(chunk_bytes, stack_budget_bytes(spec))
@@ -340,8 +347,7 @@ def physical_placement(groups: Sequence[LogicalGroup], nar_max: int, spec: Topol
     cu_budget, stack_budget = cu_budget_requests(spec), stack_budget_bytes(spec)
     c_demand = chunk_demand_bytes(chunk_bytes, spec)
     n_gpu, n_members, n_chunks, S = len(work.gpu_ids), len(work.m_gpu), len(work.c_gpu), chip.hbm_stacks
-    flits_per_chunk = -(-chunk_bytes // chip.flit_bytes)  # tb_demand_requests, for every member
-    m_demand = np.minimum(work.m_count * flits_per_chunk, cu_budget)
+    m_demand = tb_demand_requests_each(work.m_count, chunk_bytes, spec)
     cu_load = np.zeros((n_gpu, chip.cus), dtype=np.int64)
     cu_touched = np.zeros((n_gpu, chip.cus), dtype=np.bool_)
     st_load = np.zeros((n_gpu, S), dtype=np.int64)
