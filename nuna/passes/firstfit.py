@@ -1,7 +1,7 @@
 """Algorithm 1's first-fit choices, compiled: the loops of NAP's ``physical_placement`` and of
 the NUMA pass's CU choice over every threadblock of a plan.
 
-The rule (``nuna.passes.nap``, "FirstFit" in the docs): candidates come as *classes* of equally
+The rule ("First fit" in :mod:`nuna.passes.nap`'s doc): candidates come as *classes* of equally
 near resources, nearest class first. A demand goes to the least-loaded candidate (earliest in
 its class among equals) of the first class whose least load is under the budget and fits the
 demand; when no class has room, to the least-loaded candidate of all (earliest in list order
@@ -126,16 +126,19 @@ def _take_other(load: Any, touched: Any, g: int, order: Any, n: int, taken: Any,
 
 @njit(cache=True)
 def take_each(item_gpu: Any, item_list: Any, item_demand: Any, cand: Any, ptr: Any, lists: Any,
-              budget: int, load: Any, touched: Any, memo: Any, out: Any) -> None:
+              budget: int, n_resources: int) -> Any:
     """First fit for a sequence of demands, each among the candidate list ``item_list[i]``
-    (classes ``lists[l]..lists[l + 1]-1``): ``out[i] = (resource, fitted, least)``."""
+    (classes ``lists[l]..lists[l + 1]-1``), loads starting at zero: the resource of each."""
+    n_gpu = item_gpu.max() + 1 if item_gpu.shape[0] else 0
+    load = np.zeros((n_gpu, n_resources), dtype=np.int64)
+    touched = np.zeros((n_gpu, n_resources), dtype=np.bool_)
+    memo = np.zeros((n_gpu, lists.shape[0] - 1), dtype=np.int64)
+    out = np.empty(item_gpu.shape[0], dtype=np.int64)
     for i in range(item_gpu.shape[0]):
         lst = item_list[i]
-        r, fitted, least = _take(load, touched, item_gpu[i], cand, ptr, lists[lst], lists[lst + 1],
-                                 memo, lst, budget, item_demand[i])
-        out[i, 0] = r
-        out[i, 1] = 1 if fitted else 0
-        out[i, 2] = least
+        out[i] = _take(load, touched, item_gpu[i], cand, ptr, lists[lst], lists[lst + 1],
+                       memo, lst, budget, item_demand[i])[0]
+    return out
 
 
 @njit(cache=True)
@@ -144,10 +147,8 @@ def place_nap(nar_max: int, place_memory: bool,
               c_gpu: Any, c_accesses: Any,
               cand: Any, ptr: Any, dom_cls: Any, near: Any, near_ptr: Any, own: Any, by_dist: Any,
               cu_budget: int, stack_budget: int, c_demand: int, chunk_pages: int,
-              cu_load: Any, cu_touched: Any, cu_memo: Any,
-              st_load: Any, st_touched: Any, st_memo: Any,
-              tb_cu: Any, ov: Any, chunk_out: Any, c_stacks: Any, c_nst: Any, pending: Any,
-              buf: Any, ident: Any) -> tuple[int, int, int]:
+              cu_load: Any, cu_touched: Any, st_load: Any, st_touched: Any,
+              tb_cu: Any, ov: Any, chunk_out: Any) -> tuple[int, int, int]:
     """Algorithm 1 lines 11-22 (``nuna.passes.nap.physical_placement``, whose doc says what is
     chosen and why) over members ``m`` in group order: member ``m`` of group ``m_group[m]``
     accesses chunks ``m_chunk[m_ptr[m]:m_ptr[m + 1]]`` (``m_new``: first touched by its group).
@@ -157,10 +158,22 @@ def place_nap(nar_max: int, place_memory: bool,
 
     Fills ``tb_cu``, the overflows ``ov`` (rows: kind 0 CU / 1 stack, GPU, resource, demand,
     domain, least load), ``chunk_out`` (rows: chunk, stack, in first-come-first-served order)
-    and the loads; returns (overflows, chunk placements, error code)."""
+    and the loads (``*_touched``: charged at least once); returns (overflows, chunk
+    placements, error code)."""
     n_ov = 0
     n_out = 0
+    n_gpu, n_cus = cu_load.shape
     n_stacks = own.shape[1]
+    n_chunks = c_gpu.shape[0]
+    # the first class with room of each candidate list, per GPU: CU lists by domain, stack
+    # lists by domain (remote) and by (CU, domain) (local)
+    cu_memo = np.zeros((n_gpu, nar_max), dtype=np.int64)
+    st_memo = np.zeros((n_gpu, nar_max * (n_cus + 1)), dtype=np.int64)
+    c_stacks = np.zeros((n_chunks, n_stacks), dtype=np.int64)  # a placed chunk's stacks
+    c_nst = np.zeros(n_chunks, dtype=np.int64)  # and how many (0: not placed yet)
+    pending = np.zeros(n_chunks, dtype=np.int64)  # accesses before it was placed
+    buf = np.empty(n_stacks, dtype=np.int64)  # a local chunk's candidate stacks
+    ident = np.arange(n_stacks + 1)  # class bounds of a strict order: one candidate per class
     for m in range(m_gpu.shape[0]):
         g = m_gpu[m]
         nar = m_group[m] % nar_max  # Fig 7 caption: the first group uses domain 0

@@ -355,15 +355,11 @@ def physical_placement(groups: Sequence[LogicalGroup], nar_max: int, spec: Topol
     tb_cu = np.zeros(n_members, dtype=np.int64)
     ov = np.zeros((n_members + n_chunks * S, 6), dtype=np.int64)
     chunk_out = np.zeros((n_chunks * S, 2), dtype=np.int64)
-    c_stacks = np.zeros((n_chunks, S), dtype=np.int64)
     n_ov, n_out, err = firstfit.place_nap(
         nar_max, place_memory, work.m_gpu, work.m_group, m_demand, work.m_ptr, work.m_chunk, work.m_new,
         work.c_gpu, work.c_accesses, cand, ptr, dom_cls, near, near_ptr, own, by_dist,
         cu_budget, stack_budget, c_demand, -(-chunk_bytes // chip.page_bytes),
-        cu_load, cu_touched, np.zeros((n_gpu, nar_max), dtype=np.int64),
-        st_load, st_touched, np.zeros((n_gpu, nar_max * (chip.cus + 1)), dtype=np.int64),
-        tb_cu, ov, chunk_out, c_stacks, np.zeros(n_chunks, dtype=np.int64),
-        np.zeros(n_chunks, dtype=np.int64), np.zeros(S, dtype=np.int64), np.arange(S + 1, dtype=np.int64))
+        cu_load, cu_touched, st_load, st_touched, tb_cu, ov, chunk_out)
     if err != firstfit.OK:
         raise PassError(f"nap: a chunk of {chunk_bytes} bytes has no HBM stack to go to in a domain "
                         f"of granularity {nar_max} on {spec.name}")

@@ -46,9 +46,8 @@ def numa_cus(plan: Plan, spec: TopologySpec, size_bytes: int,
     when the caller has them (they depend on the program, not on the placement)."""
     from nuna.passes import firstfit  # numba: loaded when a plan is placed, not on import
 
-    if workload is None:
-        workload = nap_workload(logical_allocation(decompose(plan)) if groups is None else groups)
-    work = workload
+    work = workload if workload is not None else \
+        nap_workload(logical_allocation(decompose(plan)) if groups is None else groups)
     geo = chip_geometry(spec.chip)
     round_trip = geo.cu_stack.latency_ns + geo.stack_cu.latency_ns.T  # (C, S)
     chunk_bytes = chunk_bytes_for(plan, size_bytes)
@@ -72,8 +71,9 @@ def numa_cus(plan: Plan, spec: TopologySpec, size_bytes: int,
     cu = np.full(n_members, -1, dtype=np.int64)
     if placed.shape[0]:
         # one candidate list per distinct weighting (a row of integer bytes, compared exactly,
-        # as bytes: sorting the rows, np.unique(axis=0), was 0.24 s of a 0.41-s call on the
-        # 64-GPU 16-per-peer allreduce; numbered by a dict the whole call takes 0.19 s)
+        # as bytes: sorting the rows with np.unique(axis=0) was 0.24 s of the call's 0.50 s
+        # under cProfile on the 64-GPU 16-per-peer allreduce, 0.41 s without; numbered by a
+        # dict, the call takes 0.19 s)
         rows = np.ascontiguousarray(weights[placed])
         first: dict[Any, int] = {}
         which = np.fromiter((first.setdefault(key, len(first)) for key in
@@ -84,12 +84,8 @@ def numa_cus(plan: Plan, spec: TopologySpec, size_bytes: int,
             w = rows[i].astype(np.float64)
             lists.append(spread_classes(spec, round_trip @ (w / w.sum())))
         cand, ptr, bounds = firstfit.class_arrays(lists)
-        chosen = np.zeros((placed.shape[0], 3), dtype=np.int64)
-        loads = np.zeros((len(work.gpu_ids), spec.chip.cus), dtype=np.int64)
-        firstfit.take_each(work.m_gpu[placed], which, demand[placed], cand, ptr,
-                           bounds, cu_budget_requests(spec), loads, np.zeros(loads.shape, dtype=np.bool_),
-                           np.zeros((loads.shape[0], len(lists)), dtype=np.int64), chosen)
-        cu[placed] = chosen[:, 0]
+        cu[placed] = firstfit.take_each(work.m_gpu[placed], which, demand[placed], cand, ptr, bounds,
+                                        cu_budget_requests(spec), spec.chip.cus)
     ids = work.gpu_ids
     out: dict[tuple[int, int], int] = {}
     for g, tb, c in zip(work.m_gpu.tolist(), work.m_tb.tolist(), cu.tolist(), strict=True):

@@ -278,7 +278,6 @@ class BaselineLayout:
         page = spec.chip.page_bytes
         self._base: dict[tuple[int, Buffer], int] = {}
         self._cycle = np.array(nar_segment_cycle(spec, nar_granularity), dtype=np.int64)
-        self._cycle_stacks = tuple(self._cycle.tolist())
         for g in plan.gpus:
             at = 0
             for buf, n in zip(BUFFER_ORDER, (g.input_chunks, g.output_chunks, g.scratch_chunks), strict=True):
