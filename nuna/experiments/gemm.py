@@ -161,7 +161,7 @@ def add_gemm(plan: Plan, spec: TopologySpec, size_bytes: int, gemm_bytes: int, *
                                     threadblocks=refined.placement.threadblocks + tuple(placements))
     merged = dataclasses.replace(refined, gpus=tuple(gpus), placement=placement)
     # the writer wants placements in document order; keep the merged plan dumpable
-    return dataclasses.replace(merged, placement=canonical_placement(merged)), info
+    return merged.with_placement(canonical_placement(merged)), info
 
 
 def collective_time_ns(plan: Plan, result: SimResult, info: GemmInfo) -> float:

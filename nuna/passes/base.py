@@ -163,4 +163,4 @@ def replace_placement(plan: Plan, ctx: PassContext, *,
         config=None,
         size_bytes=ctx.size_bytes,
     )
-    return dataclasses.replace(plan, placement=placement)
+    return plan.with_placement(placement)

@@ -130,13 +130,13 @@ def unplaced(plan: Plan) -> Plan:
     scratch: kept, a NAR granularity left by an earlier ``+NAR`` rewrite would route a UA, NUMA,
     NAP or NAP* placement through NAR domains (the passes without NAR leave the routing alone),
     and a placement made for another chip would fail the input's check."""
-    return plan if plan.placement == Placement() else dataclasses.replace(plan, placement=Placement())
+    return plan if plan.placement == Placement() else plan.with_placement(Placement())
 
 
 def _place(plan: Plan, cfg: Config, ctx: PassContext, g: int | None, observe: Observer | None,
            check: bool) -> Plan:
     out = run_pipeline(plan, cfg.passes(g), ctx, observe=observe, check=check)
-    return dataclasses.replace(out, placement=dataclasses.replace(out.placement, config=cfg.name))
+    return out.with_placement(dataclasses.replace(out.placement, config=cfg.name))
 
 
 def _placer(plan: Plan, cfg: Config, ctx: PassContext,
@@ -248,7 +248,7 @@ def apply_choice(plan: Plan, name: str, ctx: PassContext, choice: GranularityCho
         # that plan as the pipeline checks its own instead of placing it again (NUMA+NAR and
         # NAP+NAR at 64 GPUs: seconds per point)
         out = check_placed(plan, choice.placed, ctx, cfg.name, input_verified=True)
-        return dataclasses.replace(out, placement=dataclasses.replace(out.placement, config=cfg.name))
+        return out.with_placement(dataclasses.replace(out.placement, config=cfg.name))
     return _place(plan, cfg, ctx, choice.granularity, observe, True)
 
 

@@ -449,4 +449,4 @@ def annotate(plan: Plan, ctx: PassContext, result: NapPlacement) -> Plan:
     stores entries, so that it reads back identically (chunk order within a GPU, the
     first-come-first-served order, is kept)."""
     out = replace_placement(plan, ctx, threadblocks=result.threadblocks, chunks=result.chunks)
-    return dataclasses.replace(out, placement=canonical_placement(out))
+    return out.with_placement(canonical_placement(out))

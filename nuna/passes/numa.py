@@ -12,7 +12,6 @@ threadblock that touches no local chunk (it only receives) keeps its baseline CU
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -109,4 +108,4 @@ class NumaPass:
         cus = numa_cus(plan, ctx.topology, ctx.size_bytes, groups, workload)
         tbs = tuple(TbPlacement(g, t, cu) for (g, t), cu in cus.items())
         out = replace_placement(plan, ctx, threadblocks=tbs, chunks=())
-        return dataclasses.replace(out, placement=canonical_placement(out))
+        return out.with_placement(canonical_placement(out))

@@ -9,7 +9,6 @@ unannotated plan simulate identically.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -29,4 +28,4 @@ class UaPass:
         cus = baseline_cus(plan, ctx.topology)
         tbs = tuple(TbPlacement(g, t, cu) for (g, t), cu in cus.items())
         out = replace_placement(plan, ctx, threadblocks=tbs, chunks=())
-        return dataclasses.replace(out, placement=canonical_placement(out))
+        return out.with_placement(canonical_placement(out))

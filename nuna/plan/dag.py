@@ -9,8 +9,10 @@ threadblocks per GPU stays small and the simulator can hand them to its JIT-comp
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass
+from typing import TypeVar
 
 import networkx as nx
 import numpy as np
@@ -140,8 +142,30 @@ def _table(rows: list[tuple[int, ...]], ncols: int) -> npt.NDArray[np.int64]:
         raise PlanError("an integer in the plan is too large (more than 64 bits)") from None
 
 
+_T = TypeVar("_T")
+
+
+def _read_only(value: _T) -> _T:
+    """``value`` (a dataclass of arrays) with its arrays made read-only: it is kept in the
+    plan's program memo (``Plan.program_memo``) and handed to every caller."""
+    for f in dataclasses.fields(value):  # type: ignore[arg-type]
+        arr = getattr(value, f.name)
+        if isinstance(arr, np.ndarray):
+            arr.flags.writeable = False
+    return value
+
+
 def flatten(plan: Plan) -> FlatPlan:
-    """The arrays of :class:`FlatPlan` for ``plan``; no validation beyond integer size."""
+    """The arrays of :class:`FlatPlan` for ``plan`` (read-only: made once per program, see
+    ``Plan.program_memo``); no validation beyond integer size."""
+    memo = plan.program_memo()
+    flat: FlatPlan | None = memo.get("flat")
+    if flat is None:
+        flat = memo["flat"] = _read_only(_flatten(plan))
+    return flat
+
+
+def _flatten(plan: Plan) -> FlatPlan:
     gpu_order = sorted(range(len(plan.gpus)), key=lambda i: plan.gpus[i].id)
     tb_refs: list[tuple[int, int]] = []
     for gi in gpu_order:
@@ -243,8 +267,21 @@ def analyze(plan: Plan, flat: FlatPlan | None = None, limit: int = 50) -> Analys
     threadblock or step (or an ambiguous one), connections whose send-type and receive-type
     step counts differ, FIFO-matched pairs with different ``cnt``. Cycles are not issues here
     (:func:`find_cycle` finds them). The DAG is ``None`` exactly when there are issues.
+    A DAG is built once per program (its arrays read-only, see ``Plan.program_memo``).
     """
-    f = flatten(plan) if flat is None else flat
+    memo = plan.program_memo()
+    if flat is None or flat is memo.get("flat"):
+        done: Analysis | None = memo.get("analysis")
+        if done is not None:
+            return done
+        result = _analyze(plan, flatten(plan), limit)
+        if result.dag is not None:  # issues depend on the limit; a DAG does not
+            memo["analysis"] = result
+        return result
+    return _analyze(plan, flat, limit)
+
+
+def _analyze(plan: Plan, f: FlatPlan, limit: int) -> Analysis:
     issues = _Issues(f, limit)
     nnodes = f.num_nodes
 
@@ -371,7 +408,8 @@ def analyze(plan: Plan, flat: FlatPlan | None = None, limit: int = 50) -> Analys
         match_send=match_send,
         match_recv=match_recv,
     )
-    return Analysis(dag, (), waited)
+    waited.flags.writeable = False
+    return Analysis(_read_only(dag), (), waited)
 
 
 def _count_issues(f: FlatPlan, issues: _Issues, s_key: tuple[I64, ...], s_sorted: I64, s_order: I64,

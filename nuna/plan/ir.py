@@ -8,8 +8,10 @@ at the parser boundary, sequences are tuples. Placement annotations written by t
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 
 class Buffer(str, Enum):
@@ -190,6 +192,31 @@ class Plan:
     coll_spelling: str | None = None
     defaulted: frozenset[str] = frozenset()
     placement: Placement = field(default_factory=Placement)
+    # what the plans layer derives from the program (``nuna.plan.dag``'s flat arrays and replay
+    # DAG, read-only): a verified plan's DAG was built four times per simulated point (the
+    # input's check, its memory check, the passes' walk, the replay), 21 % of a 64-GPU point
+    # of 16 threadblocks per peer. Not part of the value (equality, hash, repr, pickles)
+    _program_memo: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __getstate__(self) -> list[Any]:
+        return [getattr(self, f.name) for f in dataclasses.fields(self) if f.init]
+
+    def __setstate__(self, state: list[Any]) -> None:
+        for f, value in zip((f for f in dataclasses.fields(self) if f.init), state, strict=True):
+            object.__setattr__(self, f.name, value)
+        object.__setattr__(self, "_program_memo", {})
+
+    def program_memo(self) -> dict[str, Any]:
+        """The cache of values derived from this plan's program (GPUs, threadblocks, steps) and
+        nothing else, for :mod:`nuna.plan.dag`; :meth:`with_placement` shares it."""
+        return self._program_memo
+
+    def with_placement(self, placement: Placement) -> Plan:
+        """This plan with ``placement`` in place of its own: the same program, so the values
+        derived from the program alone are shared, not derived again."""
+        out = dataclasses.replace(self, placement=placement)
+        object.__setattr__(out, "_program_memo", self._program_memo)
+        return out
 
     @property
     def coll_xml(self) -> str:
