@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nuna.plan.dag import STEP_TYPES, ReplayDag, topological_levels
+from nuna.plan.dag import STEP_TYPES, ReplayDag, analyze, topological_levels
 from nuna.plan.ir import Buffer, Collective, Plan, Step, StepType
 
 #: Most race warnings listed one by one; the rest are summarised in one more line.
@@ -430,7 +430,18 @@ def _topological(dag: ReplayDag) -> tuple[list[int], list[int]] | None:
 def check_semantics(plan: Plan, dag: ReplayDag) -> SemanticsResult:
     """Execute ``plan`` symbolically over ``dag`` (= ``build_dag(plan)``); prove the declared
     collective's postcondition and look for data races. Never raises on a bad plan: every
-    finding is a message in the result."""
+    finding is a message in the result. Run once per program (``Plan.program_memo``: the check
+    reads no placement) when ``dag`` is the program's own."""
+    memo = plan.program_memo()
+    if memo.get("analysis") is None or analyze(plan).dag is not dag:
+        return _check_semantics(plan, dag)
+    done: SemanticsResult | None = memo.get("semantics")
+    if done is None:
+        done = memo["semantics"] = _check_semantics(plan, dag)
+    return done
+
+
+def _check_semantics(plan: Plan, dag: ReplayDag) -> SemanticsResult:
     chunks = plan.total_chunks
     if chunks > MAX_SEMANTIC_CHUNKS:
         return SemanticsResult((), (), (f"semantic check not run: the plan's buffers hold {chunks:,} chunks "

@@ -185,3 +185,36 @@ def test_an_auto_granularity_is_chosen_in_the_points_own_replay(layers: list[tup
     options = ("SimOptions", (("protocol_model", "simple"),))
     assert dict(layers)["apply_config"][3:] == ("auto", 5, 1024, options)
     assert dict(layers)["simulate options"] == options
+
+
+def test_a_workers_points_of_one_plan_share_its_generation(layers: list[tuple[str, Any]]) -> None:
+    simulate_point = resolve_point_function(DEFAULT_POINT_FUNCTION)
+    generated = lambda: [args for name, args in layers if name == "generate"]  # noqa: E731
+    simulate_point(dict(POINT))
+    simulate_point(POINT | {"size_bytes": 10**7, "config": "UA", "nar_granularity": None})
+    assert generated() == [("allgather", 8, "direct", 3)]
+    simulate_point(POINT | {"tbs_per_peer": 4})
+    simulate_point(dict(POINT))  # two plans are kept: a grid's threadblock counts alternate
+    assert generated() == [("allgather", 8, "direct", 3), ("allgather", 8, "direct", 4)]
+    simulate_point(POINT | {"gpus": 4})
+    simulate_point(POINT | {"tbs_per_peer": 4})  # the least recently used went
+    assert generated()[2:] == [("allgather", 4, "direct", 3), ("allgather", 8, "direct", 4)]
+
+
+def test_a_kept_plan_gives_the_points_results_of_a_fresh_one() -> None:
+    from nuna.experiments import points
+
+    simulate_point = resolve_point_function(DEFAULT_POINT_FUNCTION)
+    point = Point(collective="allreduce", gpus=4, size_bytes=100_000, config="NAP+NAR",
+                  nar_granularity="heuristic", tbs_per_peer=2, topology="nuna-4die", gemm_bytes=0,
+                  algo="direct", packet_bytes="auto", seed=0).as_dict()
+    others = [point | {"config": "UA", "nar_granularity": None}, point | {"config": "NUMA+NAR"}]
+    kept = []
+    for p in [point, *others]:  # the first generates the plan, the others reuse it and its DAG
+        kept.append(simulate_point(p))
+    fresh = []
+    for p in [*others, point]:
+        points._generated.cache_clear()
+        fresh.append(simulate_point(p))
+    untimed = lambda r: {k: v for k, v in r.items() if k != "timing"}  # noqa: E731
+    assert [untimed(r) for r in kept] == [untimed(r) for r in [fresh[2], fresh[0], fresh[1]]]

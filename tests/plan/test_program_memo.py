@@ -1,6 +1,6 @@
-"""The plan's program memo: ``flatten`` and the replay DAG are derived once per program and
-shared read-only, a plan with another program never sees them, and the memo is no part of the
-plan's value (equality, hash, repr, pickles)."""
+"""The plan's program memo: ``flatten``, the replay DAG and the semantic check are derived once
+per program and shared (arrays read-only), a plan with another program never sees them, and the
+memo is no part of the plan's value (equality, hash, repr, pickles)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from nuna.errors import PlanError
 from nuna.plan.dag import _analyze, _flatten, analyze, build_dag, flatten
 from nuna.plan.generate import generate
 from nuna.plan.ir import Placement, Plan, StepType, TbPlacement
+from nuna.plan.semantics import check_semantics
 from nuna.plan.xml import dump, load
 from tests.plan.test_dag import _edit_step, check_against_reference, make_plan
 
@@ -119,3 +120,28 @@ def test_a_new_placement_shares_the_memo_and_the_memo_is_not_part_of_the_value()
     assert "memo" not in repr(plan)
     assert dump(plan) == dump(generate("allgather", 4))
     _same(build_dag(back), dag)
+
+
+def test_the_semantic_check_runs_once_per_program_and_finds_the_same() -> None:
+    plan = generate("allreduce", 4)
+    dag = build_dag(plan)
+    first = check_semantics(plan, dag)
+    assert check_semantics(plan, dag) is first
+    placed = plan.with_placement(Placement(nar_granularity=2))
+    assert check_semantics(placed, build_dag(placed)) is first
+    # a DAG that is not the program's own is checked afresh, with the same findings
+    own = _analyze(plan, _flatten(plan), 1).dag
+    assert own is not None
+    again = check_semantics(plan, own)
+    assert again is not first
+    assert again == first
+
+
+def test_a_wrong_plan_keeps_its_semantic_errors() -> None:
+    # gpu 1 sends chunk 0 in place of its own chunk 1: gpu 0 never gets chunk 1
+    plan = _edit_step(generate("allgather", 2), 1, 0, 0, src_offset=0, dst_offset=0)
+    fresh = check_semantics(plan, _analyze(plan, _flatten(plan), 1).dag)  # type: ignore[arg-type]
+    assert fresh.errors
+    memo = check_semantics(plan, build_dag(plan))
+    assert memo == fresh
+    assert check_semantics(plan, build_dag(plan)) is memo
