@@ -95,7 +95,7 @@ def decompose(plan: Plan) -> tuple[TbAccess, ...]:
     """The workload of ``plan``: one :class:`TbAccess` per threadblock, ordered by
     ``(gpu, tb id)``. Raises ``PlanError`` (from the DAG builder) on a plan whose send and
     receive steps cannot be matched."""
-    return _workload(plan, accesses=True, stores=False)[0]
+    return workload(plan)[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,18 +113,18 @@ class RemoteStore:
 
 def remote_stores(plan: Plan) -> tuple[RemoteStore, ...]:
     """Every matched send-type step of ``plan`` as a :class:`RemoteStore`, in DAG node order."""
-    return _workload(plan, accesses=False, stores=True)[1]
+    return workload(plan)[1]
 
 
 def workload(plan: Plan) -> tuple[tuple[TbAccess, ...], tuple[RemoteStore, ...]]:
     """:func:`decompose` and :func:`remote_stores` from one walk of the plan's DAG (the NAR
     heuristic of a NAP or NUMA configuration needs both; building the DAG twice was a few
-    seconds at 64 GPUs with 16 threadblocks per peer)."""
-    return _workload(plan, accesses=True, stores=True)
+    seconds at 64 GPUs with 16 threadblocks per peer), once per program (``Plan.derived``: a
+    sweep worker's points of one plan share it; 1.5 s a point at that size)."""
+    return plan.derived("nuna.passes.access.workload", lambda: _workload(plan))
 
 
-def _workload(plan: Plan, *, accesses: bool, stores: bool
-              ) -> tuple[tuple[TbAccess, ...], tuple[RemoteStore, ...]]:
+def _workload(plan: Plan) -> tuple[tuple[TbAccess, ...], tuple[RemoteStore, ...]]:
     order, steps, match_recv, node_gpu = _walk(plan)
     sizes = _buffer_sizes(plan)
     tb_out: list[TbAccess] = []
@@ -133,22 +133,20 @@ def _workload(plan: Plan, *, accesses: bool, stores: bool
     for g, tb in order:
         seen: dict[ChunkKey, None] = {}  # an ordered set: first touch wins
         for st in tb.steps:
-            if accesses and st.type in _READS_SRC:
+            if st.type in _READS_SRC:
                 seen.update(dict.fromkeys(_span(sizes, g.id, st.src_buffer, st.src_offset, st.count)))
-            if accesses and st.type in _TOUCHES_DST:
+            if st.type in _TOUCHES_DST:
                 seen.update(dict.fromkeys(_span(sizes, g.id, st.dst_buffer, st.dst_offset, st.count)))
             peer_node = match_recv[node]
             if st.type.sends and peer_node >= 0:
                 rst = steps[peer_node]
                 peer = node_gpu[peer_node]
                 in_place = rst.type in IN_PLACE_RECEIVES
-                if accesses and in_place:
+                if in_place:
                     seen.update(dict.fromkeys(_span(sizes, peer, rst.dst_buffer, rst.dst_offset, rst.count)))
-                if stores:
-                    first = _span(sizes, peer, rst.dst_buffer, rst.dst_offset, 1)
-                    target = first[0] if first and in_place else None
-                    store_out.append(RemoteStore(g.id, tb.id, peer, target, max(st.count, 0)))
+                first = _span(sizes, peer, rst.dst_buffer, rst.dst_offset, 1)
+                target = first[0] if first and in_place else None
+                store_out.append(RemoteStore(g.id, tb.id, peer, target, max(st.count, 0)))
             node += 1
-        if accesses:
-            tb_out.append(TbAccess(g.id, tb.id, tuple(seen)))
+        tb_out.append(TbAccess(g.id, tb.id, tuple(seen)))
     return tuple(tb_out), tuple(store_out)

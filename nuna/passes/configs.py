@@ -26,10 +26,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from nuna.errors import UsageError
-from nuna.passes.access import TbAccess, decompose, remote_stores, workload
+from nuna.passes.access import remote_stores
 from nuna.passes.base import Observer, PassContext, PlanPass, check_input, check_placed, run_pipeline
-from nuna.passes.logical import logical_allocation
-from nuna.passes.nap import NapPass, NapStarPass, annotate, nap_workload, physical_placement
+from nuna.passes.nap import NapPass, NapStarPass, annotate, nap_groups, physical_placement
 from nuna.passes.nar import GranularityEstimate, NarPass, check_granularity, estimate_granularity
 from nuna.passes.numa import NumaPass
 from nuna.passes.ua import UaPass
@@ -51,12 +50,6 @@ class Config:
     placement: Literal["ua", "numa", "nap", "nap*"]
     nar: bool
     description: str
-
-    @property
-    def reads_accesses(self) -> bool:
-        """Whether the placement is computed from the threadblocks' chunk accesses
-        (``decompose``): NUMA, NAP and NAP*; UA places by index alone."""
-        return self.placement != "ua"
 
     def placement_pass(self) -> PlanPass:
         """The pass that places threadblocks and memory for this configuration."""
@@ -139,16 +132,14 @@ def _place(plan: Plan, cfg: Config, ctx: PassContext, g: int | None, observe: Ob
     return out.with_placement(dataclasses.replace(out.placement, config=cfg.name))
 
 
-def _placer(plan: Plan, cfg: Config, ctx: PassContext,
-            accesses: tuple[TbAccess, ...] | None = None) -> Callable[[int], Plan]:
+def _placer(plan: Plan, cfg: Config, ctx: PassContext) -> Callable[[int], Plan]:
     """``G -> plan placed by cfg at G``, computing what does not depend on ``G`` once: the
-    logical groups for NAP/NAP*, the whole placement for UA (it ignores domains; NUMA does not:
-    its pages are in the NAR segment of ``G``). Gives the same plans as the configuration's
-    pipeline (tested). ``accesses``: ``decompose(plan)`` when the caller already has it."""
+    logical groups for NAP/NAP* and NUMA (:func:`nuna.passes.nap.nap_groups`, once per
+    program), the whole placement for UA (it ignores domains; NUMA does not: its pages are in
+    the NAR segment of ``G``). Gives the same plans as the configuration's pipeline (tested)."""
     if cfg.placement in ("nap", "nap*"):
-        groups = logical_allocation(decompose(plan) if accesses is None else accesses)
+        groups, work = nap_groups(plan)
         chunk_bytes = chunk_bytes_for(plan, ctx.size_bytes)
-        work = nap_workload(groups)
 
         def place_nap(g: int) -> Plan:
             routed = NarPass(g).run(plan, ctx)
@@ -159,8 +150,7 @@ def _placer(plan: Plan, cfg: Config, ctx: PassContext,
         return place_nap
     if cfg.placement == "numa":
         # NAR changes the placement only, not what decompose reads
-        numa_groups = logical_allocation(decompose(plan) if accesses is None else accesses)
-        numa_work = nap_workload(numa_groups)
+        numa_groups, numa_work = nap_groups(plan)
 
         def place_numa(g: int) -> Plan:
             return NumaPass().place(NarPass(g).run(plan, ctx), ctx, numa_groups, numa_work)
@@ -193,11 +183,7 @@ def choose_granularity(plan: Plan, name: str, ctx: PassContext, requested: Granu
         # before the heuristic walks it, as run_pipeline does before the passes (an ngpus below
         # the <gpu> elements' count indexed past its arrays); apply_choice does not verify again
         check_input(plan, ctx)
-        if cfg.reads_accesses:
-            accesses, stores = workload(plan)  # one walk of the DAG for both
-            placer = _placer(plan, cfg, ctx, accesses)
-        else:
-            placer, stores = _placer(plan, cfg, ctx), remote_stores(plan)
+        placer, stores = _placer(plan, cfg, ctx), remote_stores(plan)
         placed: dict[int, Plan] = {}
 
         def place(g: int) -> Plan:

@@ -252,6 +252,17 @@ class NapWorkload:
     chunk_columns: tuple[tuple[int, ...], tuple[Buffer, ...], tuple[int, ...]]
 
 
+def nap_groups(plan: Plan) -> tuple[tuple[LogicalGroup, ...], NapWorkload]:
+    """``logical_allocation(decompose(plan))`` and its :func:`nap_workload`, once per program
+    (``Plan.derived``): NAP, NAP* and NUMA place the same groups at every ``G`` and in every
+    configuration of a sweep worker's points of one plan."""
+    def make() -> tuple[tuple[LogicalGroup, ...], NapWorkload]:
+        groups = logical_allocation(decompose(plan))
+        return groups, nap_workload(groups)
+
+    return plan.derived("nuna.passes.nap.groups", make)
+
+
 def nap_workload(groups: Sequence[LogicalGroup]) -> NapWorkload:
     """:class:`NapWorkload` of ``groups`` (sorted by ``logical_allocation``)."""
     chunk_id: dict[ChunkKey, int] = {}
@@ -395,9 +406,9 @@ def nap_placement(plan: Plan, spec: TopologySpec, size_bytes: int, nar_max: int,
                   place_memory: bool = True) -> NapPlacement:
     """Algorithm 1 on ``plan`` for a collective of ``size_bytes``: decomposition,
     ``logical_allocation``, ``physical_placement``."""
-    groups = logical_allocation(decompose(plan))
+    groups, work = nap_groups(plan)
     return physical_placement(groups, nar_max, spec, chunk_bytes_for(plan, size_bytes),
-                              place_memory=place_memory)
+                              place_memory=place_memory, workload=work)
 
 
 def _domains_for(plan: Plan, explicit: int | None, spec: TopologySpec, who: str) -> int:

@@ -43,6 +43,7 @@ import numpy.typing as npt
 from nuna.errors import PassError
 from nuna.passes.access import ChunkKey, RemoteStore, remote_stores
 from nuna.passes.base import PassContext, replace_placement
+from nuna.plan.dag import read_only_arrays
 from nuna.plan.ir import Buffer, Plan
 from nuna.plan.verify import chunk_bytes_for
 from nuna.topology.address import nar_domain_ports, nar_domain_stacks, nar_granularities, store_domains_by_cu
@@ -234,7 +235,11 @@ def estimate_granularity(plan: Plan, spec: TopologySpec, size_bytes: int, place:
     granularities by default). Ties go to the coarser granularity (more ports per domain).
     ``stores``: ``remote_stores(plan)`` when the caller already has it."""
     cands = tuple(candidates) if candidates is not None else nar_granularities(spec)
-    rows = store_rows(plan, stores)
+    if stores is None or stores is remote_stores(plan):
+        # once per program: a sweep worker's NAR points of one plan share it
+        rows = plan.derived("nuna.passes.nar.store_rows", lambda: read_only_arrays(store_rows(plan)))
+    else:
+        rows = store_rows(plan, stores)
     estimates = tuple(estimate(place(g), spec, size_bytes, rows) for g in cands)
     best = min(estimates, key=lambda e: (round(e.time_ns, 6), e.granularity))
     return best.granularity, estimates

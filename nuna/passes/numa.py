@@ -18,13 +18,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from nuna.passes.access import decompose
 from nuna.passes.base import PassContext, replace_placement
-from nuna.passes.logical import LogicalGroup, logical_allocation
+from nuna.passes.logical import LogicalGroup
 from nuna.passes.nap import (
     Classes,
     NapWorkload,
     cu_budget_requests,
+    nap_groups,
     nap_workload,
     spread_classes,
     tb_demand_requests_each,
@@ -45,8 +45,12 @@ def numa_cus(plan: Plan, spec: TopologySpec, size_bytes: int,
     when the caller has them (they depend on the program, not on the placement)."""
     from nuna.passes import firstfit  # numba: loaded when a plan is placed, not on import
 
-    work = workload if workload is not None else \
-        nap_workload(logical_allocation(decompose(plan)) if groups is None else groups)
+    if workload is not None:
+        work = workload
+    elif groups is None:
+        work = nap_groups(plan)[1]
+    else:
+        work = nap_workload(groups)
     geo = chip_geometry(spec.chip)
     round_trip = geo.cu_stack.latency_ns + geo.stack_cu.latency_ns.T  # (C, S)
     chunk_bytes = chunk_bytes_for(plan, size_bytes)

@@ -143,9 +143,11 @@ def _table(rows: list[tuple[int, ...]], ncols: int) -> npt.NDArray[np.int64]:
 
 
 _T = TypeVar("_T")
+#: their keys in a plan's program memo (``Plan.derived``)
+_FLAT, _ANALYSIS = "nuna.plan.dag.flatten", "nuna.plan.dag.analyze"
 
 
-def _read_only(value: _T) -> _T:
+def read_only_arrays(value: _T) -> _T:
     """``value`` (a dataclass of arrays) with its arrays made read-only: it is kept in the
     plan's program memo (``Plan.program_memo``) and handed to every caller."""
     for f in dataclasses.fields(value):  # type: ignore[arg-type]
@@ -158,11 +160,7 @@ def _read_only(value: _T) -> _T:
 def flatten(plan: Plan) -> FlatPlan:
     """The arrays of :class:`FlatPlan` for ``plan`` (read-only: made once per program, see
     ``Plan.program_memo``); no validation beyond integer size."""
-    memo = plan.program_memo()
-    flat: FlatPlan | None = memo.get("flat")
-    if flat is None:
-        flat = memo["flat"] = _read_only(_flatten(plan))
-    return flat
+    return plan.derived(_FLAT, lambda: read_only_arrays(_flatten(plan)))
 
 
 def _flatten(plan: Plan) -> FlatPlan:
@@ -270,13 +268,13 @@ def analyze(plan: Plan, flat: FlatPlan | None = None, limit: int = 50) -> Analys
     A DAG is built once per program (its arrays read-only, see ``Plan.program_memo``).
     """
     memo = plan.program_memo()
-    if flat is None or flat is memo.get("flat"):
-        done: Analysis | None = memo.get("analysis")
+    if flat is None or flat is memo.get(_FLAT):
+        done: Analysis | None = memo.get(_ANALYSIS)
         if done is not None:
             return done
         result = _analyze(plan, flatten(plan), limit)
         if result.dag is not None:  # issues depend on the limit; a DAG does not
-            memo["analysis"] = result
+            memo[_ANALYSIS] = result
         return result
     return _analyze(plan, flat, limit)
 
@@ -409,7 +407,7 @@ def _analyze(plan: Plan, f: FlatPlan, limit: int) -> Analysis:
         match_recv=match_recv,
     )
     waited.flags.writeable = False
-    return Analysis(_read_only(dag), (), waited)
+    return Analysis(read_only_arrays(dag), (), waited)
 
 
 def _count_issues(f: FlatPlan, issues: _Issues, s_key: tuple[I64, ...], s_sorted: I64, s_order: I64,

@@ -9,9 +9,12 @@ at the parser boundary, sequences are tuples. Placement annotations written by t
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, TypeVar, cast
+
+_T = TypeVar("_T")
 
 
 class Buffer(str, Enum):
@@ -210,6 +213,16 @@ class Plan:
         """The cache of values derived from this plan's program (GPUs, threadblocks, steps) and
         nothing else, for :mod:`nuna.plan.dag`; :meth:`with_placement` shares it."""
         return self._program_memo
+
+    def derived(self, key: str, make: Callable[[], _T]) -> _T:
+        """The value ``make()`` derives from this plan's program, made once: ``key`` names it in
+        the program memo (a module's qualified name, as ``nuna.passes.access.workload``).
+        ``make`` must read the program alone, never the placement, and return an immutable
+        value (arrays read-only)."""
+        memo = self._program_memo
+        if key not in memo:
+            memo[key] = make()
+        return cast(_T, memo[key])
 
     def with_placement(self, placement: Placement) -> Plan:
         """This plan with ``placement`` in place of its own: the same program, so the values

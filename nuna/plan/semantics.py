@@ -432,13 +432,9 @@ def check_semantics(plan: Plan, dag: ReplayDag) -> SemanticsResult:
     collective's postcondition and look for data races. Never raises on a bad plan: every
     finding is a message in the result. Run once per program (``Plan.program_memo``: the check
     reads no placement) when ``dag`` is the program's own."""
-    memo = plan.program_memo()
-    if memo.get("analysis") is None or analyze(plan).dag is not dag:
+    if analyze(plan).dag is not dag:
         return _check_semantics(plan, dag)
-    done: SemanticsResult | None = memo.get("semantics")
-    if done is None:
-        done = memo["semantics"] = _check_semantics(plan, dag)
-    return done
+    return plan.derived("nuna.plan.semantics.check_semantics", lambda: _check_semantics(plan, dag))
 
 
 def _check_semantics(plan: Plan, dag: ReplayDag) -> SemanticsResult:
