@@ -148,8 +148,8 @@ _FLAT, _ANALYSIS = "nuna.plan.dag.flatten", "nuna.plan.dag.analyze"
 
 
 def read_only_arrays(value: _T) -> _T:
-    """``value`` (a dataclass of arrays) with its arrays made read-only: it is kept in the
-    plan's program memo (``Plan.program_memo``) and handed to every caller."""
+    """``value`` (a dataclass of arrays) with its arrays made read-only: a value kept in a
+    plan's program memo (``Plan.derived``) is handed to every caller."""
     for f in dataclasses.fields(value):  # type: ignore[arg-type]
         arr = getattr(value, f.name)
         if isinstance(arr, np.ndarray):
@@ -159,7 +159,7 @@ def read_only_arrays(value: _T) -> _T:
 
 def flatten(plan: Plan) -> FlatPlan:
     """The arrays of :class:`FlatPlan` for ``plan`` (read-only: made once per program, see
-    ``Plan.program_memo``); no validation beyond integer size."""
+    ``Plan.derived``); no validation beyond integer size."""
     return plan.derived(_FLAT, lambda: read_only_arrays(_flatten(plan)))
 
 
@@ -265,7 +265,7 @@ def analyze(plan: Plan, flat: FlatPlan | None = None, limit: int = 50) -> Analys
     threadblock or step (or an ambiguous one), connections whose send-type and receive-type
     step counts differ, FIFO-matched pairs with different ``cnt``. Cycles are not issues here
     (:func:`find_cycle` finds them). The DAG is ``None`` exactly when there are issues.
-    A DAG is built once per program (its arrays read-only, see ``Plan.program_memo``).
+    A DAG is built once per program (its arrays read-only, see ``Plan.derived``).
     """
     memo = plan.program_memo()
     if flat is None or flat is memo.get(_FLAT):

@@ -195,10 +195,11 @@ class Plan:
     coll_spelling: str | None = None
     defaulted: frozenset[str] = frozenset()
     placement: Placement = field(default_factory=Placement)
-    # what the plans layer derives from the program (``nuna.plan.dag``'s flat arrays and replay
-    # DAG, read-only): a verified plan's DAG was built four times per simulated point (the
-    # input's check, its memory check, the passes' walk, the replay), 21 % of a 64-GPU point
-    # of 16 threadblocks per peer. Not part of the value (equality, hash, repr, pickles)
+    # values derived from the program, i.e. every field but the placement (:meth:`derived`: the
+    # flat arrays and replay DAG, the semantic check, the passes' workload): a verified plan's
+    # DAG was built four times per simulated point (the input's check, its memory check, the
+    # passes' walk, the replay), 21 % of a 64-GPU point of 16 threadblocks per peer. Not part
+    # of the value (equality, hash, repr, pickles)
     _program_memo: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __getstate__(self) -> list[Any]:
@@ -210,8 +211,8 @@ class Plan:
         object.__setattr__(self, "_program_memo", {})
 
     def program_memo(self) -> dict[str, Any]:
-        """The cache of values derived from this plan's program (GPUs, threadblocks, steps) and
-        nothing else, for :mod:`nuna.plan.dag`; :meth:`with_placement` shares it."""
+        """The values derived from this plan's program (every field but the placement), by key
+        (:meth:`derived` fills it); :meth:`with_placement` shares it."""
         return self._program_memo
 
     def derived(self, key: str, make: Callable[[], _T]) -> _T:

@@ -430,7 +430,7 @@ def _topological(dag: ReplayDag) -> tuple[list[int], list[int]] | None:
 def check_semantics(plan: Plan, dag: ReplayDag) -> SemanticsResult:
     """Execute ``plan`` symbolically over ``dag`` (= ``build_dag(plan)``); prove the declared
     collective's postcondition and look for data races. Never raises on a bad plan: every
-    finding is a message in the result. Run once per program (``Plan.program_memo``: the check
+    finding is a message in the result. Run once per program (``Plan.derived``: the check
     reads no placement) when ``dag`` is the program's own."""
     if analyze(plan).dag is not dag:
         return _check_semantics(plan, dag)
