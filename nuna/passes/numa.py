@@ -21,12 +21,11 @@ import numpy as np
 from nuna.passes.base import PassContext, replace_placement
 from nuna.passes.logical import LogicalGroup
 from nuna.passes.nap import (
-    Classes,
     NapWorkload,
     cu_budget_requests,
     nap_groups,
     nap_workload,
-    spread_classes,
+    spread_class_arrays,
     tb_demand_requests_each,
 )
 from nuna.plan.ir import Plan, TbPlacement
@@ -82,11 +81,11 @@ def numa_cus(plan: Plan, spec: TopologySpec, size_bytes: int,
         which = np.fromiter((first.setdefault(key, len(first)) for key in
                              rows.view(np.dtype((np.void, rows.shape[1] * 8))).ravel().tolist()),
                             dtype=np.int64, count=rows.shape[0])
-        lists: list[Classes] = []
+        keys = []
         for i in np.unique(which, return_index=True)[1].tolist():
             w = rows[i].astype(np.float64)
-            lists.append(spread_classes(spec, round_trip @ (w / w.sum())))
-        cand, ptr, bounds = firstfit.class_arrays(lists)
+            keys.append(round_trip @ (w / w.sum()))  # a product per row: BLAS sums as it always did
+        cand, ptr, bounds = spread_class_arrays(spec, np.stack(keys))
         cu[placed] = firstfit.take_each(work.m_gpu[placed], which, demand[placed], cand, ptr, bounds,
                                         cu_budget_requests(spec), spec.chip.cus)
     ids = work.gpu_ids

@@ -5,8 +5,11 @@ geometry, not from the code under test."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from itertools import pairwise
+from pathlib import Path
+from random import Random
 
 import numpy as np
 import pytest
@@ -14,11 +17,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nuna.passes import PassContext, apply_config, firstfit
-from nuna.passes.nap import domain_cu_classes, nap_placement, spread_classes
+from nuna.passes.nap import domain_cu_classes, nap_placement, spread_class_arrays, spread_classes
 from nuna.plan.generate import generate
 from nuna.topology.address import nar_domain_ports, nar_granularities
 from nuna.topology.geometry import chip_geometry, port_positions
-from nuna.topology.spec import TopologySpec
+from nuna.topology.spec import TopologySpec, parse_topology
+
+NUNA_4DIE = (Path(__file__).resolve().parents[2] / "topologies" / "nuna-4die.toml").read_text()
 
 
 def _router_xy(spec: TopologySpec, cu: int) -> tuple[int, int]:
@@ -89,6 +94,27 @@ def test_spread_classes_groups_equal_costs(spec: TopologySpec) -> None:
     classes = spread_classes(spec, cost)
     assert [len(c) for c in classes] == [spec.chip.cus - spec.chip.cus // 2, spec.chip.cus // 2]
     assert all(c % 2 == 1 for c in classes[0])
+
+
+_SPECS = {per_router: parse_topology(re.sub(r"(?m)^(cus_per_router = \{ value = )[^,]+",
+                                             rf"\g<1>{per_router}", NUNA_4DIE), f"cus-{per_router}.toml")
+          for per_router in (1, 3, 7)}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(sorted(_SPECS)), st.integers(1, 12), st.integers(1, 60), st.booleans(), st.randoms())
+def test_spread_class_arrays_are_spread_classes_of_every_row(per_router: int, rows: int, levels: int,
+                                                               fractional: bool, rnd: Random) -> None:
+    spec = _SPECS[per_router]
+    n = spec.chip.cus
+    # few levels make many ties; keys that differ below 1e-6 ns are one class in both
+    keys = np.array([[rnd.randrange(levels) * 0.37 + (rnd.random() * 1e-8 if fractional else 0.0)
+                      for _ in range(n)] for _ in range(rows)])
+    got = spread_class_arrays(spec, keys)
+    want = firstfit.class_arrays([spread_classes(spec, k) for k in keys])
+    for a, b in zip(got, want, strict=True):
+        assert a.dtype == np.int64
+        assert a.tolist() == b.tolist()
 
 
 @st.composite
