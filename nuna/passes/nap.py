@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -179,56 +180,54 @@ def spread_classes(spec: TopologySpec, *keys_ns: npt.NDArray[np.float64]) -> Cla
     Within a class the spread order deals the class's routers round-robin (routers by index):
     the first CU of every router, then the second, and so on. The CUs of one router share its
     mesh links, so equally near threadblocks go to different routers before they double up."""
-    n = spec.chip.cus
     rounded = np.stack([np.round(np.asarray(k, dtype=np.float64), 6) for k in keys_ns], axis=1)
     _, cls = np.unique(rounded, axis=0, return_inverse=True)  # class ids in ascending key order
-    cls = cls.reshape(-1)
-    cu = np.arange(n)
-    router = cu // spec.chip.cus_per_router
-    # a CU's rank among its router's CUs in the same class (CUs in index order)
-    by_group = np.lexsort((cu, router, cls))
-    first = np.ones(n, dtype=bool)
-    first[1:] = (cls[by_group][1:] != cls[by_group][:-1]) | (router[by_group][1:] != router[by_group][:-1])
-    starts = np.maximum.accumulate(np.where(first, np.arange(n), 0))
-    rank = np.empty(n, dtype=np.int64)
-    rank[by_group] = np.arange(n) - starts
-    order = np.lexsort((router, rank, cls))
-    bounds = np.flatnonzero(np.diff(cls[order])) + 1
-    return tuple(tuple(part.tolist()) for part in np.split(order, bounds))
+    cand, ptr, _ = _spread_order(spec, cls.reshape(1, -1))
+    return tuple(tuple(cand[a:b].tolist()) for a, b in itertools.pairwise(ptr.tolist()))
 
 
 def spread_class_arrays(spec: TopologySpec, keys_ns: npt.NDArray[np.float64]
                         ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """:func:`spread_classes` of every row of ``keys_ns`` (one key per CU), all at once, laid out
-    as ``firstfit.class_arrays`` lays candidate lists out: ``(cand, ptr, bounds)``, row ``l``'s
-    classes are ``bounds[l]..bounds[l + 1]-1`` of ``(cand, ptr)``. NUMA asks for one list per
-    distinct weighting of the stacks, about 800 for each ``G`` of a 64-GPU allreduce at 16
-    threadblocks per peer: one call each took 0.66 ms, 3.2 s of the heuristic's six placements."""
-    n, routers, per_router = spec.chip.cus, spec.chip.routers, spec.chip.cus_per_router
-    keys = np.round(np.asarray(keys_ns, dtype=np.float64).reshape(-1, n), 6)
-    rows = keys.shape[0]
-
-    def starts_of(sorted_rows: npt.NDArray[Any]) -> npt.NDArray[np.bool_]:
-        first = np.ones(sorted_rows.shape, dtype=np.bool_)
-        first[:, 1:] = sorted_rows[:, 1:] != sorted_rows[:, :-1]
-        return first
-
+    as ``firstfit.class_arrays`` lays candidate lists out (:func:`_spread_order`). NUMA asks
+    for one list per distinct weighting of the stacks, about 800 for each ``G`` of a 64-GPU
+    allreduce at 16 threadblocks per peer: one call each took 0.66 ms, 3.2 s of the
+    heuristic's six placements; all at once, 75-94 ms for ``G``."""
+    keys = np.round(np.asarray(keys_ns, dtype=np.float64).reshape(-1, spec.chip.cus), 6)
     # class ids in ascending key order, as np.unique numbers them (equal keys, one class: the
     # sort need not be stable)
     by_key = np.argsort(keys, axis=1)
-    cls = np.empty((rows, n), dtype=np.int64)
-    np.put_along_axis(cls, by_key, np.cumsum(starts_of(np.take_along_axis(keys, by_key, axis=1)), axis=1) - 1,
+    cls = np.empty(keys.shape, dtype=np.int64)
+    np.put_along_axis(cls, by_key, np.cumsum(_starts(np.take_along_axis(keys, by_key, axis=1)), axis=1) - 1,
                       axis=1)
+    return _spread_order(spec, cls)
+
+
+def _starts(sorted_rows: npt.NDArray[Any]) -> npt.NDArray[np.bool_]:
+    """Per row, where a run of equal values starts."""
+    first = np.ones(sorted_rows.shape, dtype=np.bool_)
+    first[:, 1:] = sorted_rows[:, 1:] != sorted_rows[:, :-1]
+    return first
+
+
+def _spread_order(spec: TopologySpec, cls: npt.NDArray[np.int64]
+                  ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The spread order of every row of CU class ids ``cls`` (``rows x CUs``, ids from 0 in
+    ascending key order): ``(cand, ptr, bounds)``, row ``l``'s classes are
+    ``bounds[l]..bounds[l + 1]-1`` of ``(cand, ptr)``, class ``c``'s CUs
+    ``cand[ptr[c]:ptr[c + 1]]`` in the order :func:`spread_classes` documents."""
+    rows, n = cls.shape
+    routers, per_router = spec.chip.routers, spec.chip.cus_per_router
     # a CU's rank among its router's CUs in the same class, CUs in index order (a router's CUs
     # are consecutive: compare each with the ones before it on its router)
     by_router = cls.reshape(rows, routers, per_router)
     rank = np.zeros((rows, routers, per_router), dtype=np.int64)
     for j in range(1, per_router):
         rank[:, :, j] = (by_router[:, :, :j] == by_router[:, :, j:j + 1]).sum(axis=2)
-    # the spread order: class, then rank, then router (a CU's triple is its own)
+    # class, then rank, then router (a CU's triple is its own)
     router = np.arange(n) // per_router
     order = np.argsort((cls * per_router + rank.reshape(rows, n)) * routers + router, axis=1)
-    class_start = starts_of(np.take_along_axis(cls, order, axis=1))
+    class_start = _starts(np.take_along_axis(cls, order, axis=1))
     ptr = np.append(np.flatnonzero(class_start.ravel()), rows * n).astype(np.int64)
     bounds = np.zeros(rows + 1, dtype=np.int64)
     np.cumsum(class_start.sum(axis=1), out=bounds[1:])

@@ -101,20 +101,37 @@ _SPECS = {per_router: parse_topology(re.sub(r"(?m)^(cus_per_router = \{ value = 
           for per_router in (1, 3, 7)}
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.sampled_from(sorted(_SPECS)), st.integers(1, 12), st.integers(1, 60), st.booleans(), st.randoms())
-def test_spread_class_arrays_are_spread_classes_of_every_row(per_router: int, rows: int, levels: int,
-                                                               fractional: bool, rnd: Random) -> None:
+def _reference_spread(spec: TopologySpec, *keys: np.ndarray) -> list[list[int]]:
+    """The spread order written out: classes of equal rounded keys, nearest first; within a
+    class, the first CU (by index) of every router (by index), then the second, and so on."""
+    per_router = spec.chip.cus_per_router
+    key_of = [tuple(round(float(k[c]), 6) for k in keys) for c in range(spec.chip.cus)]
+    out = []
+    for value in sorted(set(key_of)):
+        members = [c for c in range(spec.chip.cus) if key_of[c] == value]
+        rank = {c: sum(1 for d in members if d // per_router == c // per_router and d < c) for c in members}
+        out.append(sorted(members, key=lambda c: (rank[c], c // per_router)))
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(sorted(_SPECS)), st.integers(1, 6), st.integers(1, 60), st.booleans(), st.randoms())
+def test_spread_classes_and_their_arrays_follow_the_rule(per_router: int, rows: int, levels: int,
+                                                          fractional: bool, rnd: Random) -> None:
     spec = _SPECS[per_router]
     n = spec.chip.cus
-    # few levels make many ties; keys that differ below 1e-6 ns are one class in both
+    # few levels make many ties; keys that differ below 1e-6 ns are one class
     keys = np.array([[rnd.randrange(levels) * 0.37 + (rnd.random() * 1e-8 if fractional else 0.0)
                       for _ in range(n)] for _ in range(rows)])
-    got = spread_class_arrays(spec, keys)
-    want = firstfit.class_arrays([spread_classes(spec, k) for k in keys])
-    for a, b in zip(got, want, strict=True):
-        assert a.dtype == np.int64
-        assert a.tolist() == b.tolist()
+    want = [_reference_spread(spec, k) for k in keys]
+    cand, ptr, bounds = spread_class_arrays(spec, keys)
+    assert cand.dtype == ptr.dtype == bounds.dtype == np.int64
+    got = [[cand[ptr[c]:ptr[c + 1]].tolist() for c in range(bounds[r], bounds[r + 1])] for r in range(rows)]
+    assert got == want
+    assert [list(map(list, spread_classes(spec, k))) for k in keys] == want
+    # two keys: the second breaks the first's ties
+    both = keys[0], keys[-1]
+    assert list(map(list, spread_classes(spec, *both))) == _reference_spread(spec, *both)
 
 
 @st.composite
