@@ -430,18 +430,19 @@ def _topological(dag: ReplayDag) -> tuple[list[int], list[int]] | None:
 def check_semantics(plan: Plan, dag: ReplayDag) -> SemanticsResult:
     """Execute ``plan`` symbolically over ``dag`` (= ``build_dag(plan)``); prove the declared
     collective's postcondition and look for data races. Never raises on a bad plan: every
-    finding is a message in the result. Run once per program (``Plan.derived``: the check
-    reads no placement) when ``dag`` is the program's own."""
+    finding is a message in the result. The execution runs once per program (``Plan.derived``:
+    it reads no placement) when ``dag`` is the program's own; the size limit is checked at
+    every call, so that the kept result never stands in for a limit it was not made under."""
+    chunks = plan.total_chunks
+    if chunks > MAX_SEMANTIC_CHUNKS:
+        return SemanticsResult((), (), (f"semantic check not run: the plan's buffers hold {chunks:,} chunks "
+                                        f"in all, more than the {MAX_SEMANTIC_CHUNKS:,} it executes",))
     if analyze(plan).dag is not dag:
         return _check_semantics(plan, dag)
     return plan.derived("nuna.plan.semantics.check_semantics", lambda: _check_semantics(plan, dag))
 
 
 def _check_semantics(plan: Plan, dag: ReplayDag) -> SemanticsResult:
-    chunks = plan.total_chunks
-    if chunks > MAX_SEMANTIC_CHUNKS:
-        return SemanticsResult((), (), (f"semantic check not run: the plan's buffers hold {chunks:,} chunks "
-                                        f"in all, more than the {MAX_SEMANTIC_CHUNKS:,} it executes",))
     nodes, problem = _nodes(plan, dag)
     if nodes is None:
         return SemanticsResult((f"semantic check not run: {problem}",), (), ())
