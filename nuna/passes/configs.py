@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from nuna.errors import UsageError
-from nuna.passes.access import remote_stores
 from nuna.passes.base import Observer, PassContext, PlanPass, check_input, check_placed, run_pipeline
 from nuna.passes.nap import NapPass, NapStarPass, annotate, nap_groups, physical_placement
 from nuna.passes.nar import GranularityEstimate, NarPass, check_granularity, estimate_granularity
@@ -149,11 +148,8 @@ def _placer(plan: Plan, cfg: Config, ctx: PassContext) -> Callable[[int], Plan]:
 
         return place_nap
     if cfg.placement == "numa":
-        # NAR changes the placement only, not what decompose reads
-        numa_groups, numa_work = nap_groups(plan)
-
         def place_numa(g: int) -> Plan:
-            return NumaPass().place(NarPass(g).run(plan, ctx), ctx, numa_groups, numa_work)
+            return NumaPass().run(NarPass(g).run(plan, ctx), ctx)
 
         return place_numa
     placed = cfg.placement_pass().run(plan, ctx)
@@ -183,14 +179,14 @@ def choose_granularity(plan: Plan, name: str, ctx: PassContext, requested: Granu
         # before the heuristic walks it, as run_pipeline does before the passes (an ngpus below
         # the <gpu> elements' count indexed past its arrays); apply_choice does not verify again
         check_input(plan, ctx)
-        placer, stores = _placer(plan, cfg, ctx), remote_stores(plan)
+        placer = _placer(plan, cfg, ctx)
         placed: dict[int, Plan] = {}
 
         def place(g: int) -> Plan:
             placed[g] = placer(g)
             return placed[g]
 
-        g, est = estimate_granularity(plan, spec, ctx.size_bytes, place, stores=stores)
+        g, est = estimate_granularity(plan, spec, ctx.size_bytes, place)
         return GranularityChoice(g, "heuristic", estimates=est, placed=placed.get(g))
     if requested != "auto":
         raise UsageError(f"invalid NAR granularity {requested!r}: expected an integer or 'auto'")

@@ -104,14 +104,23 @@ class StoreRows:
 
 
 def store_rows(plan: Plan, stores: Sequence[RemoteStore] | None = None) -> StoreRows:
-    """:class:`StoreRows` of ``plan`` (``stores``: ``remote_stores(plan)`` when known)."""
+    """:class:`StoreRows` of ``stores``, a sequence of ``plan``'s remote stores; ``None``: all of
+    them (``remote_stores(plan)``), made once per program (``Plan.derived``, arrays read-only:
+    a sweep worker's NAR points of one plan share them)."""
+    if stores is None:
+        return plan.derived("nuna.passes.nar.store_rows",
+                            lambda: read_only_arrays(_store_rows(plan, remote_stores(plan))))
+    return _store_rows(plan, stores)
+
+
+def _store_rows(plan: Plan, stores: Sequence[RemoteStore]) -> StoreRows:
     gpu_index = {gp.id: i for i, gp in enumerate(plan.gpus)}
     tb_ids: dict[tuple[int, int], int] = {}
     chunk_ids: dict[tuple[int, Buffer, int], int] = {}
     per_store: list[tuple[int, int, int]] = []
     counts: list[int] = []
     chunk: list[int] = []
-    for store in (remote_stores(plan) if stores is None else stores):
+    for store in stores:
         n = store.chunks
         per_store.append((tb_ids.setdefault((store.gpu, store.tb), len(tb_ids)),
                           gpu_index[store.gpu], gpu_index[store.peer]))
@@ -233,13 +242,9 @@ def estimate_granularity(plan: Plan, spec: TopologySpec, size_bytes: int, place:
                          ) -> tuple[int, tuple[GranularityEstimate, ...]]:
     """The heuristic choice of ``G`` and the estimate of every candidate (all valid
     granularities by default). Ties go to the coarser granularity (more ports per domain).
-    ``stores``: ``remote_stores(plan)`` when the caller already has it."""
+    ``stores``: remote stores to model in place of all of the plan's (:func:`store_rows`)."""
     cands = tuple(candidates) if candidates is not None else nar_granularities(spec)
-    if stores is None or stores is remote_stores(plan):
-        # once per program: a sweep worker's NAR points of one plan share it
-        rows = plan.derived("nuna.passes.nar.store_rows", lambda: read_only_arrays(store_rows(plan)))
-    else:
-        rows = store_rows(plan, stores)
+    rows = store_rows(plan, stores)
     estimates = tuple(estimate(place(g), spec, size_bytes, rows) for g in cands)
     best = min(estimates, key=lambda e: (round(e.time_ns, 6), e.granularity))
     return best.granularity, estimates

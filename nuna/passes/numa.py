@@ -12,19 +12,15 @@ threadblock that touches no local chunk (it only receives) keeps its baseline CU
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
 from nuna.passes.base import PassContext, replace_placement
-from nuna.passes.logical import LogicalGroup
 from nuna.passes.nap import (
-    NapWorkload,
     cu_budget_requests,
     nap_groups,
-    nap_workload,
     spread_class_arrays,
     tb_demand_requests_each,
 )
@@ -36,20 +32,12 @@ from nuna.topology.geometry import chip_geometry
 from nuna.topology.spec import TopologySpec
 
 
-def numa_cus(plan: Plan, spec: TopologySpec, size_bytes: int,
-             groups: Sequence[LogicalGroup] | None = None,
-             workload: NapWorkload | None = None) -> dict[tuple[int, int], int]:
-    """CU of every threadblock under the NUMA policy (see the module doc), in ``groups`` order.
-    ``groups``: ``logical_allocation(decompose(plan))``, ``workload``: ``nap_workload(groups)``,
-    when the caller has them (they depend on the program, not on the placement)."""
+def numa_cus(plan: Plan, spec: TopologySpec, size_bytes: int) -> dict[tuple[int, int], int]:
+    """CU of every threadblock under the NUMA policy (see the module doc), in the order of the
+    logical groups (``nap.nap_groups``: made once per program, shared by every ``G``)."""
     from nuna.passes import firstfit  # numba: loaded when a plan is placed, not on import
 
-    if workload is not None:
-        work = workload
-    elif groups is None:
-        work = nap_groups(plan)[1]
-    else:
-        work = nap_workload(groups)
+    work = nap_groups(plan)[1]
     geo = chip_geometry(spec.chip)
     round_trip = geo.cu_stack.latency_ns + geo.stack_cu.latency_ns.T  # (C, S)
     chunk_bytes = chunk_bytes_for(plan, size_bytes)
@@ -102,13 +90,7 @@ class NumaPass:
     name: ClassVar[str] = "numa"
 
     def run(self, plan: Plan, ctx: PassContext) -> Plan:
-        return self.place(plan, ctx, None)
-
-    def place(self, plan: Plan, ctx: PassContext, groups: Sequence[LogicalGroup] | None,
-              workload: NapWorkload | None = None) -> Plan:
-        """:meth:`run` with ``logical_allocation(decompose(plan))`` and its ``nap_workload``
-        given (``None``: computed here)."""
-        cus = numa_cus(plan, ctx.topology, ctx.size_bytes, groups, workload)
+        cus = numa_cus(plan, ctx.topology, ctx.size_bytes)
         tbs = tuple(TbPlacement(g, t, cu) for (g, t), cu in cus.items())
         out = replace_placement(plan, ctx, threadblocks=tbs, chunks=())
         return out.with_placement(canonical_placement(out))
