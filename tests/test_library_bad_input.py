@@ -128,7 +128,7 @@ def test_the_passes_refuse_exactly_the_sizes_the_replay_cannot_lay_out(collectiv
     size = size_kib * 1024
     problem = memory_fit_problem(plan, spec, size)
     flat = flatten(plan)
-    match_send = build_dag(plan, flat).match_send
+    match_send = build_dag(plan).match_send
     if problem is None:
         memory_layout(plan, spec, size, flat, match_send)
     else:

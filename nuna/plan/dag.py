@@ -258,7 +258,7 @@ class Analysis:
     waited_nodes: I64
 
 
-def analyze(plan: Plan, flat: FlatPlan | None = None, limit: int = 50) -> Analysis:
+def analyze(plan: Plan, limit: int = 50) -> Analysis:
     """Build the replay DAG, or report (up to ``limit``) reasons why it is not well defined:
     duplicate GPU or threadblock ids, send-type steps without a send peer (receive-type
     without a receive peer), two threadblocks on one connection, dependencies naming no
@@ -268,15 +268,13 @@ def analyze(plan: Plan, flat: FlatPlan | None = None, limit: int = 50) -> Analys
     A DAG is built once per program (its arrays read-only, see ``Plan.derived``).
     """
     memo = plan.program_memo()
-    if flat is None or flat is memo.get(_FLAT):
-        done: Analysis | None = memo.get(_ANALYSIS)
-        if done is not None:
-            return done
-        result = _analyze(plan, flatten(plan), limit)
-        if result.dag is not None:  # issues depend on the limit; a DAG does not
-            memo[_ANALYSIS] = result
-        return result
-    return _analyze(plan, flat, limit)
+    done: Analysis | None = memo.get(_ANALYSIS)
+    if done is not None:
+        return done
+    result = _analyze(plan, flatten(plan), limit)
+    if result.dag is not None:  # issues depend on the limit; a DAG does not
+        memo[_ANALYSIS] = result
+    return result
 
 
 def _analyze(plan: Plan, f: FlatPlan, limit: int) -> Analysis:
@@ -455,16 +453,16 @@ def format_issue(plan: Plan, issue: DagIssue) -> str:
     return f"{' '.join(parts)}: {issue.message}" if parts else issue.message
 
 
-def build_dag(plan: Plan, flat: FlatPlan | None = None) -> ReplayDag:
-    """Build the replay DAG of ``plan`` (see :class:`ReplayDag`); ``flat``: ``flatten(plan)``
-    if the caller has it already.
+def build_dag(plan: Plan) -> ReplayDag:
+    """Build the replay DAG of ``plan`` (see :class:`ReplayDag`), once per program (its arrays
+    read-only, see ``Plan.derived``).
 
     Dependencies name their target step by its ``s`` attribute, as the XML does. Raises
     ``PlanError`` (the first problem :func:`analyze` finds) when the plan has no well-defined
     DAG. Cycles are *not* rejected here: :func:`find_cycle` reports them, so that the verifier
     can name the steps on one.
     """
-    result = analyze(plan, flat, limit=1)
+    result = analyze(plan, limit=1)
     if result.dag is None:
         raise PlanError(format_issue(plan, result.issues[0]))
     return result.dag

@@ -212,7 +212,7 @@ def verify(plan: Plan, *, strict: bool = False, source: SourceMap | None = None,
     _check_placement(plan, f)
     if f.errors:
         return f.report(strict)
-    result = analyze(plan, flat, limit=MAX_ERRORS)
+    result = analyze(plan, limit=MAX_ERRORS)
     for issue in result.issues:
         where = _issue_prefix(f, issue)
         f.error(f"{where}{issue.message}")
@@ -870,7 +870,7 @@ def summarize(plan: Plan, size_bytes: int | None = None) -> PlanSummary:
         if counts[StepType.REDUCE] > 1:
             fusion = reduce_fusion(flat)
             fused_re = (fusion.fused + fusion.passes, fusion.passes)
-        dag = analyze(plan, flat, limit=1).dag  # None: no replay DAG, nothing to say of credits
+        dag = analyze(plan, limit=1).dag  # None: no replay DAG, nothing to say of credits
         if dag is not None:
             depth = flow_control_depth(plan.protocol)
             flow = (depth, int((credit_sources(dag, depth) >= 0).sum()), int((dag.match_recv >= 0).sum()))

@@ -38,7 +38,7 @@ def flow_deadlock(plan: Plan, size_bytes: int, element_bytes: int = 4, *,
     The plan must have a replay DAG (``DagError`` otherwise: verify it first); ``UsageError`` for
     a size out of range (:func:`nuna.plan.verify.chunk_bytes_for`)."""
     flat = flatten(plan)
-    dag = build_dag(plan, flat)
+    dag = build_dag(plan)
     cb = chunk_bytes_for(plan, size_bytes)
     slicing = executor_slicing(plan, cb, element_bytes)
     S = slicing.slices

@@ -192,7 +192,7 @@ def memory_fit_problem(plan: Plan, spec: TopologySpec, size_bytes: int) -> str |
     not flattened the plan (the passes, which would lay out the pages of such a size first).
     The plan must have a DAG (``PlanError`` else)."""
     flat = flatten(plan)
-    dag = build_dag(plan, flat)
+    dag = build_dag(plan)
     pages = _virtual_pages(plan, chunk_bytes_for(plan, size_bytes), spec.chip.page_bytes, flat,
                            dag.match_send)
     return _fit_problem(pages, spec)

@@ -631,7 +631,7 @@ def _prepare(plan: Plan, topology_spec: TopologySpec, size_bytes: int, packet_by
         raise SimulationError(f"plan {plan.name}: GPU ids must be 0..{ngpus - 1}")
     flat = flatten(plan)
     _check_peers(flat, plan)
-    dag = build_dag(plan, flat)
+    dag = build_dag(plan)
     nn = flat.num_nodes
     n_gpu = flat.tb_gpu[flat.node_tb].astype(np.int64)
     _check_operands(flat, plan, n_gpu)

@@ -43,7 +43,7 @@ def test_a_program_is_flattened_and_analysed_once_and_shared_read_only() -> None
     flat = flatten(plan)
     dag = build_dag(plan)
     assert flatten(plan) is flat
-    assert build_dag(plan, flat) is dag
+    assert build_dag(plan) is dag
     assert analyze(plan, limit=3).dag is dag
     for arr in [*_arrays(flat).values(), *_arrays(dag).values(), analyze(plan).waited_nodes]:
         assert not arr.flags.writeable

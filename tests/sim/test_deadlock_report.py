@@ -120,7 +120,7 @@ def test_a_step_whose_data_movement_never_ends_is_stuck_moving_data() -> None:
     send running and its receive waiting for the data."""
     plan = loads(ONE_SEND)
     flat = flatten(plan)
-    dag = build_dag(plan, flat)
+    dag = build_dag(plan)
     send, recv = 0, 1  # one step per threadblock, gpu 0's first
     assert dag.match_recv[send] == recv
     assert dag.match_send[recv] == send
